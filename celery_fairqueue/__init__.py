@@ -1,0 +1,3 @@
+"""Fair, rate-limited, idempotent multi-tenant jobs for Celery."""
+
+__version__ = "0.1.0"
