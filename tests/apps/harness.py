@@ -1,0 +1,48 @@
+"""A plain Celery app (no fairqueue) that exercises the test harness itself.
+
+Broker, result backend and ledger are the test Redis named by ``$FAIRQUEUE_TEST_REDIS_URL``,
+which the ``redis_server`` fixture exports and the worker factory passes on.
+"""
+
+import os
+import time
+
+import redis
+from celery import Celery
+
+from celery_fairqueue.testing import REDIS_URL_ENV, record_side_effect
+
+REDIS_URL = os.environ[REDIS_URL_ENV]
+
+app = Celery("harness", broker=REDIS_URL, backend=REDIS_URL)
+app.conf.update(
+    task_serializer="json",
+    result_serializer="json",
+    accept_content=["json"],
+    broker_connection_retry_on_startup=True,
+)
+
+_ledger = redis.Redis.from_url(REDIS_URL)
+
+
+@app.task
+def add(x: int, y: int) -> int:
+    return x + y
+
+
+@app.task
+def record(key: str) -> str:
+    record_side_effect(_ledger, key)
+    return key
+
+
+@app.task
+def sleep_then_record(key: str, seconds: float) -> str:
+    time.sleep(seconds)
+    return record(key)
+
+
+@app.task
+def worker_pid() -> int:
+    """PID of the process that ran the task: a pool child under prefork."""
+    return os.getpid()

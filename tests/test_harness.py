@@ -1,0 +1,146 @@
+"""The test harness itself: real servers and workers, started, crashed and stopped for real."""
+
+import os
+import signal
+from types import ModuleType
+
+import pytest
+import redis
+
+from celery_fairqueue.testing import (
+    Ledger,
+    RedisServer,
+    pid_alive,
+    process_group,
+    record_side_effect,
+    wait_until,
+)
+
+
+@pytest.fixture
+def harness(redis_server: RedisServer) -> ModuleType:
+    """The plain Celery test app; imported late because it reads the Redis URL at import."""
+    from tests.apps import harness
+
+    return harness
+
+
+def test_redis_server_answers_on_a_private_port(redis_server, redis_client):
+    assert redis_client.ping()
+    assert redis_client.set("k", "v") and redis_client.get("k") == "v"
+    if not os.environ.get("FAIRQUEUE_TEST_REDIS_PORT"):
+        assert redis_server.port != 6379
+    assert redis_client.config_get("save") == {"save": ""}
+    assert redis_client.execute_command("DEBUG", "SLEEP", 0) == "OK"
+
+
+def test_redis_client_starts_each_test_empty(redis_client):
+    assert redis_client.dbsize() == 0
+
+
+def test_aof_redis_keeps_acknowledged_writes_across_sigkill(redis_server_factory):
+    server = redis_server_factory(appendonly="yes", appendfsync="everysec")
+    client = server.client(decode_responses=True)
+    client.set("survivor", "yes")
+    pid = server.process.pid
+    server.kill()
+    assert not pid_alive(pid)
+    server.start()
+    assert server.client(decode_responses=True).get("survivor") == "yes"
+
+
+def test_paused_redis_answers_nothing_until_resumed(redis_server_factory):
+    server = redis_server_factory()
+    server.pause()
+    with pytest.raises(redis.TimeoutError):
+        server.client(socket_timeout=0.3).ping()
+    server.resume()
+    assert server.client(socket_timeout=1).ping()
+
+
+@pytest.mark.parametrize("pool", ["threads", "prefork"])
+def test_worker_runs_tasks_through_the_broker(pool, harness, celery_worker_factory, ledger):
+    worker = celery_worker_factory(pool=pool, concurrency=2)
+    assert harness.add.delay(2, 3).get(timeout=10) == 5
+    assert harness.record.delay("job-1").get(timeout=10) == "job-1"
+    assert ledger.counts() == {"job-1": 1}
+    ran_in = harness.worker_pid.delay().get(timeout=10)
+    if pool == "prefork":
+        assert ran_in in worker.children()
+    else:
+        assert ran_in == worker.pid
+
+
+def test_stop_is_a_warm_shutdown_that_finishes_the_running_task(
+    harness, celery_worker_factory, ledger
+):
+    worker = celery_worker_factory(pool="threads")
+    result = harness.sleep_then_record.delay("warm", 1.0)
+    worker.wait_for_log(f"sleep_then_record[{result.id}] received", timeout=10)
+    worker.stop()
+    assert not worker.is_alive()
+    assert ledger.counts() == {"warm": 1}
+
+
+def test_kill_sigkills_the_main_process_and_every_pool_child(celery_worker_factory):
+    worker = celery_worker_factory(pool="prefork", concurrency=2)
+    children = worker.children()
+    assert len(children) == 2
+    assert sorted(process_group(worker.pid)) == sorted([worker.pid, *children])
+
+    worker.kill()
+
+    assert worker.process.returncode == -signal.SIGKILL
+    assert not worker.is_alive()
+    assert not any(pid_alive(pid) for pid in [worker.pid, *children])
+    assert process_group(worker.pid) == []
+
+
+def test_kill_child_kills_one_child_and_the_worker_replaces_it(harness, celery_worker_factory):
+    worker = celery_worker_factory(pool="prefork", concurrency=2)
+    before = worker.children()
+
+    killed = worker.kill_child()
+
+    assert killed in before
+    assert not pid_alive(killed)
+    assert worker.is_alive()
+    assert wait_until(
+        lambda: len(worker.children()) == 2 and killed not in worker.children(), timeout=10
+    )
+    assert harness.worker_pid.delay().get(timeout=10) in worker.children()
+
+
+def test_kill_child_needs_a_prefork_pool(celery_worker_factory):
+    worker = celery_worker_factory(pool="threads")
+    with pytest.raises(RuntimeError, match="no pool children"):
+        worker.kill_child()
+
+
+def test_worker_that_cannot_start_fails_with_its_log(celery_worker_factory):
+    with pytest.raises(RuntimeError, match="no_such_module"):
+        celery_worker_factory(app="tests.apps.no_such_module", timeout=15)
+
+
+def test_ledger_measures_duplicates_and_losses(redis_client):
+    ledger = Ledger(redis_client)
+    for key in ["a", "a", "b"]:
+        record_side_effect(redis_client, key)
+
+    assert ledger.counts() == {"a": 2, "b": 1}
+    assert ledger.duplicates() == {"a": 2}
+    assert ledger.missing(["a", "b", "c"]) == {"c"}
+    assert ledger.wait_for(2, timeout=1) == {"a": 2, "b": 1}
+    with pytest.raises(TimeoutError, match="2 of 3 keys"):
+        ledger.wait_for(3, timeout=0.2)
+
+
+@pytest.mark.postgres
+def test_pg_server_accepts_connections_and_creates_databases(pg_server):
+    import psycopg
+
+    with psycopg.connect(pg_server.dsn) as conn:
+        assert conn.execute("select current_user, 1").fetchone() == ("postgres", 1)
+    url = pg_server.create_database("harness_check")
+    with psycopg.connect(url) as conn:
+        assert conn.execute("select current_database()").fetchone() == ("harness_check",)
