@@ -1,0 +1,54 @@
+"""Business-key idempotency: a job's key is the sha256 of who it is for and what it does."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .errors import ConfigurationError
+
+JobKeySpec = Sequence[str] | Callable[..., Any] | None
+
+
+def hash_identity(parts: Sequence[Any]) -> str:
+    """sha256 of canonical JSON: the same parts give the same key in any process or Python."""
+    try:
+        material = json.dumps(list(parts), sort_keys=True, separators=(",", ":"),
+                              ensure_ascii=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"job key parts must be JSON values: {exc}") from None
+    return hashlib.sha256(material.encode("ascii")).hexdigest()
+
+
+def bound_arguments(run: Callable[..., Any], args: Sequence[Any],
+                    kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The task's arguments by parameter name, defaults filled in."""
+    bound = inspect.signature(run).bind_partial(*args, **kwargs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def compute_job_key(task_name: str, account: str, spec: JobKeySpec, run: Callable[..., Any],
+                    args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+    """The business key of one job, or None when the task declares no ``job_key``.
+
+    The task name and account are always part of the identity, so two tasks, or two tenants
+    with the same lead id, never share a key.
+    """
+    if spec is None:
+        return None
+    if callable(spec):
+        identity = spec(*args, **kwargs)
+        parts = list(identity) if isinstance(identity, (tuple, list)) else [identity]
+    else:
+        named = bound_arguments(run, args, kwargs)
+        missing = [name for name in spec if name not in named]
+        if missing:
+            raise ConfigurationError(
+                f"task {task_name}: job_key names {missing} that are not among its arguments "
+                f"{sorted(named)}")
+        parts = [named[name] for name in spec]
+    return hash_identity([task_name, account, *parts])

@@ -1,0 +1,155 @@
+"""The Redis key layout of the fair store, and the encoding of ids inside it.
+
+Every key shares one hash tag, so each Lua script touches a single Redis Cluster slot, and every
+key a script touches is built here and passed in ``KEYS``. Per-account state lives in hash fields
+and sorted-set members rather than in per-account keys, which keeps the key set fixed. Account
+ids and queue names are percent-encoded before they reach Redis: the encoded form uses only
+``[A-Za-z0-9_.~%-]``, so it can never contain the ``|`` and space separators the scripts split on,
+a brace that would change the hash tag, or a newline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from urllib.parse import quote, unquote
+
+MAX_ID_LENGTH = 4096
+
+
+def encode_id(value: str) -> str:
+    """Encode an account id or queue name for use inside the store."""
+    if not isinstance(value, str):
+        raise TypeError(f"expected a str id, got {type(value).__name__}")
+    if not value:
+        raise ValueError("an account id or queue name cannot be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise ValueError(f"id of {len(value)} characters is over the {MAX_ID_LENGTH} allowed")
+    return quote(value, safe="")
+
+
+def decode_id(encoded: str | bytes) -> str:
+    """Invert :func:`encode_id`."""
+    if isinstance(encoded, bytes):
+        encoded = encoded.decode("ascii")
+    return unquote(encoded)
+
+
+QUEUE_KEY_NAMES = ("ring", "state", "ready", "nready", "paused", "delayed", "running")
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """The keys of one fair queue, in the order the scripts expect them."""
+
+    ring: str  # list of accounts with ready jobs, rotated by claim
+    state: str  # hash account -> r (in ring) | p (paused) | c (at concurrency cap)
+    ready: str  # sorted set, score 0, members "account|seq|job_id": per-account FIFO by lex
+    nready: str  # hash account -> number of ready jobs
+    paused: str  # sorted set account -> time its limit lets it run again
+    delayed: str  # sorted set job_id -> due time (eta, countdown, retry backoff)
+    running: str  # hash account -> jobs leased and not settled
+
+    def as_list(self) -> list[str]:
+        return [getattr(self, name) for name in QUEUE_KEY_NAMES]
+
+
+class Keys:
+    """All key names under one prefix, e.g. ``{fairqueue}:jobs``."""
+
+    def __init__(self, prefix: str = "fairqueue") -> None:
+        if not prefix or any(c in prefix for c in "{}\n\r "):
+            raise ValueError(f"fairqueue_key_prefix {prefix!r} must be non-empty, no braces or spaces")
+        self.prefix = prefix
+        self.tag = "{" + prefix + "}"
+
+    def _key(self, name: str) -> str:
+        return f"{self.tag}:{name}"
+
+    @cached_property
+    def jobs(self) -> str:
+        """Hash job_id -> the stored Celery message (JSON envelope)."""
+        return self._key("jobs")
+
+    @cached_property
+    def meta(self) -> str:
+        """Hash job_id -> "queue account seq job_key" (encoded, space separated)."""
+        return self._key("meta")
+
+    @cached_property
+    def job_keys(self) -> str:
+        """Hash business job key -> the job_id holding it (pending, running or done)."""
+        return self._key("jobkeys")
+
+    @cached_property
+    def done(self) -> str:
+        """Sorted set business job key -> time its job finished; trimmed after retention."""
+        return self._key("done")
+
+    @cached_property
+    def leases(self) -> str:
+        """Sorted set job_id -> lease deadline (Redis server time)."""
+        return self._key("leases")
+
+    @cached_property
+    def owners(self) -> str:
+        """Hash job_id -> token of the worker holding its lease."""
+        return self._key("owners")
+
+    @cached_property
+    def limits(self) -> str:
+        """Hash account -> packed limit (see limits.AccountLimit.pack)."""
+        return self._key("limits")
+
+    @cached_property
+    def limit_config(self) -> str:
+        """Hash account -> the limit as configured (JSON), for display and window refresh."""
+        return self._key("limitconf")
+
+    @cached_property
+    def buckets(self) -> str:
+        """Hash account -> "tokens updated_at" of its token bucket."""
+        return self._key("buckets")
+
+    @cached_property
+    def queues(self) -> str:
+        """Set of encoded names of queues that have ever held a fair job."""
+        return self._key("queues")
+
+    @cached_property
+    def seq(self) -> str:
+        """Counter giving each ready job its place in its account's FIFO."""
+        return self._key("seq")
+
+    @cached_property
+    def deliveries(self) -> str:
+        """Hash job_id -> times it was handed to a worker."""
+        return self._key("deliveries")
+
+    @cached_property
+    def dead(self) -> str:
+        """Hash job_id -> dead letter (JSON: reason, envelope, meta)."""
+        return self._key("dead")
+
+    @cached_property
+    def dead_index(self) -> str:
+        """Sorted set job_id -> time it was dead-lettered."""
+        return self._key("deadindex")
+
+    @cached_property
+    def stats(self) -> str:
+        """Hash of counters: enqueued, claimed, deferred, requeued, reaped, dead."""
+        return self._key("stats")
+
+    def global_keys(self) -> list[str]:
+        """The keys every script receives first, in the order of the scripts' headers."""
+        return [
+            self.jobs, self.meta, self.job_keys, self.done, self.leases, self.owners,
+            self.limits, self.buckets, self.queues, self.seq, self.deliveries, self.stats,
+            self.dead, self.dead_index,
+        ]
+
+    def queue(self, name: str) -> QueueKeys:
+        """The keys of the fair queue called ``name`` (a Celery queue name)."""
+        base = f"{self.tag}:q:{encode_id(name)}"
+        return QueueKeys(*(f"{base}:{part}" for part in QUEUE_KEY_NAMES))

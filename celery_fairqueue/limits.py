@@ -1,0 +1,123 @@
+"""Per-account limits: token-bucket rate, burst, concurrency cap and a working-hours window.
+
+A limit is stored twice in Redis: its configuration as given (JSON, for display and refresh),
+and a packed form the claim script reads, "rate burst concurrency windows". Lua has no time
+zones, so the window is turned here, with zoneinfo, into the next days' open/close instants in
+epoch seconds; DST is handled by zoneinfo, and workers refresh the schedule before it runs out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from datetime import date, datetime, time, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from celery.utils.time import rate as parse_rate
+
+from .errors import InvalidLimitError
+
+WINDOW_RE = re.compile(r"^(\d{2}):(\d{2})-(\d{2}):(\d{2})$")
+SCHEDULE_DAYS = 8
+
+
+@dataclass(frozen=True)
+class AccountLimit:
+    """What an account may do: ``rate`` in Celery's format ("10/s", "100/m"), ``burst`` tokens,
+    at most ``concurrency`` jobs running, only inside ``window`` ("09:00-17:00") in ``tz``."""
+
+    rate: str | None = None
+    burst: float | None = None
+    concurrency: int | None = None
+    window: str | None = None
+    tz: str | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def per_second(self) -> float:
+        return float(parse_rate(self.rate)) if self.rate else 0.0
+
+    def validate(self) -> None:
+        """Raise :class:`InvalidLimitError` naming the field that is wrong."""
+        if self.rate is not None:
+            try:
+                per_second = float(parse_rate(self.rate))
+            except (ValueError, KeyError, TypeError):
+                raise InvalidLimitError(
+                    f"rate {self.rate!r} is not in Celery's format, e.g. '10/s', '100/m', '1000/h'"
+                ) from None
+            if per_second <= 0:
+                raise InvalidLimitError(f"rate {self.rate!r} must be positive")
+        if self.burst is not None and self.burst < 1:
+            raise InvalidLimitError(f"burst {self.burst!r} must be at least 1")
+        if self.concurrency is not None and (
+            not isinstance(self.concurrency, int) or self.concurrency < 1
+        ):
+            raise InvalidLimitError(f"concurrency {self.concurrency!r} must be an integer >= 1")
+        if self.window is not None:
+            parse_window(self.window)
+        if self.tz is not None:
+            zone(self.tz)
+
+    def pack(self, now: float) -> str:
+        """The form claim.lua reads, with the window schedule computed from ``now``."""
+        burst = self.burst if self.burst is not None else 1.0
+        windows = "-"
+        if self.window:
+            windows = ";".join(f"{o:.3f},{c:.3f}" for o, c in self.schedule(now)) or "-"
+        return f"{self.per_second:.17g} {burst:.17g} {self.concurrency or 0} {windows}"
+
+    def schedule(self, now: float, days: int = SCHEDULE_DAYS) -> list[tuple[float, float]]:
+        """Open/close instants (epoch seconds) of the window that end after ``now``."""
+        assert self.window
+        opens, closes = parse_window(self.window)
+        tzinfo = zone(self.tz or "UTC")
+        today = datetime.fromtimestamp(now, tzinfo).date()
+        spans = []
+        for offset in range(-1, days):
+            day = today + timedelta(days=offset)
+            start = _instant(day, opens, tzinfo)
+            end_day = day if closes > opens else day + timedelta(days=1)
+            end = _instant(end_day, closes, tzinfo)
+            if end > now:
+                spans.append((start, end))
+        return spans
+
+    def to_json(self) -> str:
+        return json.dumps({k: v for k, v in asdict(self).items() if v is not None}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> AccountLimit:
+        return cls(**json.loads(raw))
+
+
+def _instant(day: date, at: time, tzinfo: ZoneInfo) -> float:
+    if at == time.max:
+        return datetime.combine(day + timedelta(days=1), time(0), tzinfo).timestamp()
+    return datetime.combine(day, at, tzinfo).timestamp()
+
+
+def parse_window(window: str) -> tuple[time, time]:
+    """``"09:00-17:00"`` -> (09:00, 17:00); a close before the open spans midnight."""
+    match = WINDOW_RE.match(window)
+    if not match:
+        raise InvalidLimitError(f"window {window!r} must look like '09:00-17:00'")
+    h1, m1, h2, m2 = map(int, match.groups())
+    if h1 > 23 or m1 > 59 or m2 > 59 or h2 > 24 or (h2 == 24 and m2):
+        raise InvalidLimitError(f"window {window!r} has an impossible time of day")
+    opens = time(h1, m1)
+    closes = time.max if h2 == 24 else time(h2, m2)
+    if opens == closes:
+        raise InvalidLimitError(f"window {window!r} opens and closes at the same time")
+    return opens, closes
+
+
+def zone(name: str) -> ZoneInfo:
+    """The time zone called ``name``, or :class:`InvalidLimitError` naming it."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidLimitError(f"tz {name!r} is not a known IANA time zone") from None

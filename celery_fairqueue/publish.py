@@ -1,0 +1,144 @@
+"""The fair publish path: Celery builds its normal message, and we store it instead of sending it.
+
+Every way Celery sends a task (``apply_async``, canvas, ``self.retry``, chord callbacks,
+``send_task``) goes through ``app.amqp.send_task_message``; ``install`` wraps it so that messages
+of fair tasks go to the fair store and all others to the broker, untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from celery import Celery, signals
+from celery.utils.time import maybe_iso8601
+from kombu import Queue
+from kombu.exceptions import EncodeError
+from kombu.serialization import dumps
+
+from .envelope import JSON_CONTENT_TYPE, Envelope
+from .errors import PayloadTooLargeError, SerializationError
+from .store import EnqueueResult, FairStore, delivery_id
+from .settings import settings_for
+from .task import ACCOUNT_HEADER, JOB_KEY_HEADER, FairTask, is_fair, last_enqueued_task_id
+
+logger = logging.getLogger(__name__)
+
+# send_task_message keywords that steer publishing; any others become message properties.
+PUBLISH_OPTIONS = frozenset({
+    "exchange", "routing_key", "queue", "event_dispatcher", "retry", "retry_policy",
+    "serializer", "delivery_mode", "compression", "declare", "headers", "exchange_type",
+    "timeout", "confirm_timeout",
+})
+
+
+def get_store(app: Celery) -> FairStore:
+    """The fair store of ``app``, created once per app (redis-py reconnects after fork)."""
+    store = getattr(app, "_fairqueue_store", None)
+    if store is None:
+        store = FairStore.from_settings(settings_for(app))
+        app._fairqueue_store = store  # type: ignore[attr-defined]
+    return store
+
+
+def install_publish_path(app: Celery) -> None:
+    """Wrap ``app.amqp.send_task_message`` so fair tasks' messages go to the fair store."""
+    amqp = app.amqp
+    broker_send = amqp.send_task_message
+    if getattr(broker_send, "fairqueue", False):
+        return
+
+    def send_task_message(producer: Any, name: str, message: Any, **options: Any) -> Any:
+        task = app.tasks.get(name)
+        if not is_fair(task):
+            return broker_send(producer, name, message, **options)
+        result = publish_fair(app, task, producer, message, options)
+        last_enqueued_task_id.set(result.task_id)
+        return None
+
+    send_task_message.fairqueue = True  # type: ignore[attr-defined]
+    amqp.send_task_message = send_task_message
+
+
+def queue_name(app: Celery, options: dict[str, Any]) -> str:
+    queue = options.get("queue")
+    if isinstance(queue, Queue):
+        return str(queue.name)
+    if queue:
+        return str(queue)
+    return str(options.get("routing_key") or app.conf.task_default_queue)
+
+
+def eta_timestamp(app: Celery, eta: Any) -> float | None:
+    if not eta:
+        return None
+    when = maybe_iso8601(eta)
+    if not isinstance(when, datetime):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=app.timezone)
+    return when.timestamp()
+
+
+def publish_fair(app: Celery, task: FairTask, producer: Any, message: Any,
+                 options: dict[str, Any]) -> EnqueueResult:
+    """Store one Celery task message of a fair task; returns the job that holds it."""
+    headers, properties, body, sent_event = message
+    options = dict(options)
+    if options.get("headers"):
+        headers.update(options["headers"])
+    serializer = options.get("serializer") or app.conf.task_serializer
+    if serializer != "json":
+        raise SerializationError(
+            f"task {task.name}: fair jobs are serialized as JSON only, not {serializer!r} "
+            "(set task_serializer='json')")
+    args, kwargs, _embed = body
+    account = task.resolve_account(args, kwargs, options.pop("account", None))
+    job_key = task.business_key(account, args, kwargs)
+    headers[ACCOUNT_HEADER] = account
+    headers[JOB_KEY_HEADER] = job_key
+    properties.update({k: v for k, v in options.items() if k not in PUBLISH_OPTIONS})
+    qname = queue_name(app, options)
+
+    signals.before_task_publish.send(
+        sender=task.name, body=body, exchange="", routing_key=qname, declare=[],
+        headers=headers, properties=properties, retry_policy={})
+    envelope = encode_envelope(app, task.name, body, headers, properties)
+    retries = int(headers.get("retries") or 0)
+    result = get_store(app).enqueue(
+        queue=qname, account=account, job_id=delivery_id(headers["id"], retries),
+        envelope=envelope, due=eta_timestamp(app, headers.get("eta")), job_key=job_key,
+        dedupe=retries == 0)
+    if result.created:
+        signals.after_task_publish.send(
+            sender=task.name, body=body, exchange="", routing_key=qname, headers=headers,
+            properties=properties)
+        if sent_event:
+            dispatcher = options.get("event_dispatcher") or app.amqp._event_dispatcher
+            if dispatcher is not None:
+                sent_event.update({"queue": qname, "exchange": "", "routing_key": qname})
+                dispatcher.publish("task-sent", sent_event, producer)
+    return result
+
+
+def encode_envelope(app: Celery, task_name: str, body: Any, headers: dict[str, Any],
+                    properties: dict[str, Any]) -> str:
+    """Serialize a message for the store; refuse what JSON cannot hold or what is too large."""
+    try:
+        content_type, content_encoding, data = dumps(body, serializer="json")
+    except EncodeError as exc:
+        raise SerializationError(
+            f"task {task_name}: arguments are not JSON-serializable ({exc}); pass ids and plain "
+            "values, not objects") from None
+    assert content_type == JSON_CONTENT_TYPE
+    envelope = Envelope(body=data, content_type=content_type, content_encoding=content_encoding,
+                        headers=headers, properties=properties).to_json()
+    limit = settings_for(app).max_payload_bytes
+    size = len(envelope.encode())
+    if size > limit:
+        raise PayloadTooLargeError(
+            f"task {task_name} (account {headers.get(ACCOUNT_HEADER)!r}): message of {size} bytes "
+            f"is over fairqueue_max_payload_bytes={limit}; store large data elsewhere and pass "
+            "its id")
+    return envelope

@@ -1,0 +1,99 @@
+-- Helpers shared by every script: store.py prepends this file to each script when it loads it.
+--
+-- KEYS (every script): the 14 global keys of keys.Keys.global_keys(), then 7 keys per fair queue
+-- in the order of keys.QUEUE_KEY_NAMES: ring, state, ready, nready, paused, delayed, running.
+-- Account ids and queue names arrive percent-encoded (no spaces, no "|", no braces).
+-- All times are Redis server time, so workers with skewed clocks agree on leases and buckets.
+
+local K_JOBS, K_META, K_JOBKEYS, K_DONE, K_LEASES, K_OWNERS, K_LIMITS, K_BUCKETS, K_QUEUES,
+  K_SEQ, K_DELIVERIES, K_STATS, K_DEAD, K_DEADINDEX = unpack(KEYS, 1, 14)
+local NGLOBAL = 14
+local NQKEYS = 7
+
+local function now_seconds()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+
+local function queue_count()
+  return (#KEYS - NGLOBAL) / NQKEYS
+end
+
+local function queue_keys(i)
+  local b = NGLOBAL + (i - 1) * NQKEYS
+  return {ring = KEYS[b + 1], state = KEYS[b + 2], ready = KEYS[b + 3], nready = KEYS[b + 4],
+          paused = KEYS[b + 5], delayed = KEYS[b + 6], running = KEYS[b + 7]}
+end
+
+-- meta is "queue account seq job_key" (job_key "-" when the job has none)
+local function split_meta(meta)
+  return string.match(meta, '^(%S+) (%S+) (%S+) (%S+)$')
+end
+
+local function hget_number(key, field)
+  return tonumber(redis.call('HGET', key, field) or '0')
+end
+
+-- Back into the rotation if it has ready jobs, else out of the queue's state entirely.
+local function rotate_in_or_forget(qk, account)
+  if hget_number(qk.nready, account) > 0 then
+    redis.call('HSET', qk.state, account, 'r')
+    redis.call('RPUSH', qk.ring, account)
+  else
+    redis.call('HDEL', qk.state, account)
+  end
+end
+
+-- A job joins its account's FIFO (ordered by seq); the account joins the rotation unless it is
+-- already there, paused by a limit, or at its concurrency cap.
+local function make_ready(qk, account, seq, job_id)
+  redis.call('ZADD', qk.ready, 0, account .. '|' .. seq .. '|' .. job_id)
+  redis.call('HINCRBY', qk.nready, account, 1)
+  if not redis.call('HGET', qk.state, account) then
+    redis.call('HSET', qk.state, account, 'r')
+    redis.call('RPUSH', qk.ring, account)
+  end
+end
+
+-- A leased job of the account stopped running; an account waiting on its cap may go again.
+local function release_running(qk, account)
+  if redis.call('HINCRBY', qk.running, account, -1) <= 0 then
+    redis.call('HDEL', qk.running, account)
+  end
+  if redis.call('HGET', qk.state, account) == 'c' then
+    rotate_in_or_forget(qk, account)
+  end
+end
+
+local function drop_lease(job_id)
+  redis.call('ZREM', K_LEASES, job_id)
+  redis.call('HDEL', K_OWNERS, job_id)
+end
+
+local function forget_job(job_id)
+  redis.call('HDEL', K_JOBS, job_id)
+  redis.call('HDEL', K_META, job_id)
+  redis.call('HDEL', K_DELIVERIES, job_id)
+end
+
+-- Keep the message with its reason; free the business key so a fixed job can be enqueued again.
+local function dead_letter(job_id, reason, now)
+  local meta = redis.call('HGET', K_META, job_id)
+  local record = cjson.encode({
+    job_id = job_id, reason = reason, at = now, meta = meta or '',
+    envelope = redis.call('HGET', K_JOBS, job_id) or '',
+    deliveries = hget_number(K_DELIVERIES, job_id),
+  })
+  redis.call('HSET', K_DEAD, job_id, record)
+  redis.call('ZADD', K_DEADINDEX, now, job_id)
+  if meta then
+    local _, _, _, job_key = split_meta(meta)
+    if job_key ~= '-' and redis.call('HGET', K_JOBKEYS, job_key) == job_id then
+      redis.call('HDEL', K_JOBKEYS, job_key)
+    end
+  end
+  forget_job(job_id)
+  redis.call('HINCRBY', K_STATS, 'dead', 1)
+end
+
+-- ---- end of _lib.lua ----

@@ -1,0 +1,158 @@
+-- claim: lease up to N jobs, one account at a time in rotation, skipping accounts over a limit.
+-- KEYS: global keys, then the 7 keys of each queue the worker consumes.
+-- ARGV: [1] jobs wanted, [2] lease seconds, [3] owner token, [4] default limit (packed),
+--       [5] promotion batch, [6] most accounts skipped in one call, [7] most deliveries before
+--       a job is dead-lettered as poison, [8] index of the queue to start with (1-based).
+-- Returns a flat list: queue index, job_id, envelope, deliveries, account, then the next job's.
+-- Cost: O(log n) per job or skipped account (ring pops, hash fields, one lex range); no scans.
+local want, lease, token, default_limit = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local batch, max_skips, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local nq = queue_count()
+local now = now_seconds()
+
+-- Due delayed jobs become ready; accounts whose pause is over rejoin the rotation.
+local function promote(qk)
+  for _, job_id in ipairs(redis.call('ZRANGEBYSCORE', qk.delayed, '-inf', now, 'LIMIT', 0, batch)) do
+    redis.call('ZREM', qk.delayed, job_id)
+    local meta = redis.call('HGET', K_META, job_id)
+    if meta then
+      local _, account, seq = split_meta(meta)
+      make_ready(qk, account, seq, job_id)
+    end
+  end
+  for _, account in ipairs(redis.call('ZRANGEBYSCORE', qk.paused, '-inf', now, 'LIMIT', 0, batch)) do
+    redis.call('ZREM', qk.paused, account)
+    rotate_in_or_forget(qk, account)
+  end
+end
+
+-- limit is "rate burst concurrency windows": rate in jobs/s (0 = none), windows "-" or
+-- "open,close;open,close" in epoch seconds, computed ahead by limits.py in the account's zone.
+local function parse_limit(packed)
+  local rate, burst, cap, windows = string.match(packed, '^(%S+) (%S+) (%S+) (%S+)$')
+  return tonumber(rate), tonumber(burst), tonumber(cap), windows
+end
+
+-- nil while the window is open, else when it opens next.
+local function window_wake(windows)
+  if windows == '-' then return nil end
+  for open, close in string.gmatch(windows, '([%d%.]+),([%d%.]+)') do
+    if now < tonumber(open) then return tonumber(open) end
+    if now < tonumber(close) then return nil end
+  end
+  return now + 60  -- every window is past: closed until a worker refreshes the schedule
+end
+
+-- nil when a token was taken, else when the next token will be there.
+local function take_token(account, rate, burst)
+  if rate <= 0 then return nil end
+  local tokens, updated = burst, now
+  local bucket = redis.call('HGET', K_BUCKETS, account)
+  if bucket then
+    local t, u = string.match(bucket, '^(%S+) (%S+)$')
+    tokens, updated = tonumber(t), tonumber(u)
+  end
+  tokens = math.min(burst, tokens + math.max(0, now - updated) * rate)
+  local wake = nil
+  if tokens < 1 then
+    wake = now + (1 - tokens) / rate
+  else
+    tokens = tokens - 1
+  end
+  redis.call('HSET', K_BUCKETS, account, string.format('%.17g %.17g', tokens, now))
+  return wake
+end
+
+local function pause(qk, account, wake, waiting)
+  redis.call('HSET', qk.state, account, 'p')
+  redis.call('ZADD', qk.paused, wake, account)
+  redis.call('HINCRBY', K_STATS, 'deferred', waiting)
+end
+
+-- Try the account at the head of the rotation: returns job_id, envelope, deliveries or nil.
+local function claim_from(qk, account)
+  local waiting = hget_number(qk.nready, account)
+  local head = redis.call('ZRANGEBYLEX', qk.ready, '[' .. account .. '|', '(' .. account .. '}',
+                          'LIMIT', 0, 1)[1]
+  if waiting <= 0 or not head then
+    redis.call('HDEL', qk.nready, account)
+    redis.call('HDEL', qk.state, account)
+    return nil
+  end
+  local rate, burst, cap, windows = parse_limit(redis.call('HGET', K_LIMITS, account) or default_limit)
+  local wake = window_wake(windows)
+  if wake then
+    pause(qk, account, wake, waiting)
+    return nil
+  end
+  if cap > 0 and hget_number(qk.running, account) >= cap then
+    redis.call('HSET', qk.state, account, 'c')
+    redis.call('HINCRBY', K_STATS, 'capped', 1)
+    return nil
+  end
+  wake = take_token(account, rate, burst)
+  if wake then
+    pause(qk, account, wake, waiting)
+    return nil
+  end
+
+  redis.call('ZREM', qk.ready, head)
+  if waiting > 1 then
+    redis.call('HSET', qk.nready, account, waiting - 1)
+    redis.call('RPUSH', qk.ring, account)
+  else
+    redis.call('HDEL', qk.nready, account)
+    redis.call('HDEL', qk.state, account)
+  end
+  local job_id = string.match(head, '^[^|]*|[^|]*|(.*)$')
+  local deliveries = redis.call('HINCRBY', K_DELIVERIES, job_id, 1)
+  local envelope = redis.call('HGET', K_JOBS, job_id)
+  if not envelope then
+    dead_letter(job_id, 'the stored message is missing', now)
+    return nil
+  end
+  if deliveries > max_deliveries then
+    dead_letter(job_id, 'handed to a worker ' .. (deliveries - 1) ..
+                ' times without being settled (poison message or crashing worker)', now)
+    return nil
+  end
+  redis.call('HINCRBY', qk.running, account, 1)
+  redis.call('ZADD', K_LEASES, now + lease, job_id)
+  redis.call('HSET', K_OWNERS, job_id, token)
+  return job_id, envelope, deliveries
+end
+
+local queues = {}
+for i = 1, nq do
+  queues[i] = queue_keys(i)
+  promote(queues[i])
+end
+
+local out, claimed, skips, live, empty = {}, 0, 0, nq, {}
+local i = tonumber(ARGV[8]) - 1
+while claimed < want and live > 0 and skips <= max_skips do
+  i = i % nq + 1
+  if not empty[i] then
+    local account = redis.call('LPOP', queues[i].ring)
+    if not account then
+      empty[i] = true
+      live = live - 1
+    else
+      local job_id, envelope, deliveries = claim_from(queues[i], account)
+      if job_id then
+        claimed = claimed + 1
+        out[#out + 1] = i
+        out[#out + 1] = job_id
+        out[#out + 1] = envelope
+        out[#out + 1] = deliveries
+        out[#out + 1] = account
+      else
+        skips = skips + 1
+      end
+    end
+  end
+end
+if claimed > 0 then
+  redis.call('HINCRBY', K_STATS, 'claimed', claimed)
+end
+return out

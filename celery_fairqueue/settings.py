@@ -1,0 +1,122 @@
+"""The ``fairqueue_*`` settings: declared once, with type, default and meaning; validated early.
+
+They are read from ``app.conf`` (Django: ``CELERY_FAIRQUEUE_*`` through the ``CELERY`` namespace),
+e.g. ``app.conf.fairqueue_lease_seconds = 120``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from celery import Celery
+
+from .errors import ConfigurationError, InvalidLimitError
+from .limits import AccountLimit
+
+
+def _setting(default: Any, doc: str) -> Any:
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass(frozen=True)
+class FairqueueSettings:
+    redis_url: str | None = _setting(
+        None, "Redis of the fair store; default: the broker URL when the broker is Redis.")
+    key_prefix: str = _setting("fairqueue", "Prefix (and Redis Cluster hash tag) of every key.")
+    lease_seconds: float = _setting(
+        60.0, "How long a claimed job stays leased without a heartbeat before it is reaped.")
+    heartbeat_interval: float = _setting(
+        10.0, "How often a worker extends the leases of the jobs it runs.")
+    reap_interval: float = _setting(5.0, "How often a worker returns expired leases to ready.")
+    poll_interval: float = _setting(
+        0.1, "How often an idle worker with free slots asks the store for work.")
+    claim_batch: int = _setting(64, "Most jobs one claim call leases.")
+    promote_batch: int = _setting(
+        200, "Most due delayed jobs, and paused accounts, one claim call makes ready.")
+    max_skips: int = _setting(
+        256, "Most over-limit accounts one claim call passes over before it returns.")
+    max_deliveries: int = _setting(
+        10, "A job handed out this many times without settling is dead-lettered as poison.")
+    job_retention: float = _setting(
+        86400.0, "Seconds a finished job's business key still dedupes new enqueues.")
+    max_payload_bytes: int = _setting(
+        256 * 1024, "Largest serialized message a fair job may have.")
+    default_rate: str | None = _setting(None, "Rate of accounts without their own limit.")
+    default_burst: float | None = _setting(None, "Burst of accounts without their own limit.")
+    default_concurrency: int | None = _setting(
+        None, "Concurrency cap of accounts without their own limit.")
+    default_window: str | None = _setting(
+        None, "Working-hours window of accounts without their own limit.")
+    default_tz: str | None = _setting(None, "Time zone of the default window.")
+
+    @classmethod
+    def from_app(cls, app: Celery) -> FairqueueSettings:
+        """Read and validate the settings of ``app``; raise ConfigurationError naming the key."""
+        values: dict[str, Any] = {}
+        for spec in fields(cls):
+            raw = app.conf.get(f"fairqueue_{spec.name}", spec.default)
+            values[spec.name] = _coerce(spec.name, raw, spec.default)
+        if values["redis_url"] is None:
+            broker = app.conf.broker_url or ""
+            if isinstance(broker, str) and broker.startswith(("redis://", "rediss://", "unix://")):
+                values["redis_url"] = broker
+            else:
+                raise ConfigurationError(
+                    "fairqueue_redis_url is not set and the broker is not Redis; "
+                    "set app.conf.fairqueue_redis_url = 'redis://host:6379/0'"
+                )
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        for name in ("lease_seconds", "heartbeat_interval", "reap_interval", "poll_interval",
+                     "job_retention"):
+            if getattr(self, name) <= 0:
+                raise ConfigurationError(f"fairqueue_{name} must be positive")
+        for name in ("claim_batch", "promote_batch", "max_skips", "max_deliveries",
+                     "max_payload_bytes"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"fairqueue_{name} must be at least 1")
+        if self.heartbeat_interval * 2 > self.lease_seconds:
+            raise ConfigurationError(
+                f"fairqueue_heartbeat_interval ({self.heartbeat_interval}) must be at most half "
+                f"of fairqueue_lease_seconds ({self.lease_seconds}), or leases expire between beats"
+            )
+        try:
+            self.default_limit
+        except InvalidLimitError as exc:
+            raise ConfigurationError(f"fairqueue_default_*: {exc}") from None
+
+    @property
+    def default_limit(self) -> AccountLimit:
+        return AccountLimit(
+            rate=self.default_rate, burst=self.default_burst,
+            concurrency=self.default_concurrency, window=self.default_window, tz=self.default_tz,
+        )
+
+
+def _coerce(name: str, raw: Any, default: Any) -> Any:
+    if raw is None:
+        return None
+    kind = type(default) if default is not None else None
+    try:
+        if kind is float or name in ("default_burst",):
+            return float(raw)
+        if kind is int or name in ("default_concurrency",):
+            if isinstance(raw, float) and not raw.is_integer():
+                raise ValueError(raw)
+            return int(raw)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"fairqueue_{name} = {raw!r} is not a number") from None
+    return str(raw)
+
+
+def settings_for(app: Celery) -> FairqueueSettings:
+    """The validated settings of ``app``, read once and kept on it."""
+    cached = getattr(app, "_fairqueue_settings", None)
+    if cached is None:
+        cached = FairqueueSettings.from_app(app)
+        app._fairqueue_settings = cached  # type: ignore[attr-defined]
+    return cached

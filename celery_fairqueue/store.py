@@ -1,0 +1,242 @@
+"""The fair store: every Redis operation on fair jobs, one method per Lua script.
+
+Each script in ``scripts/`` gets ``scripts/_lib.lua`` prepended, and receives the global keys
+followed by the keys of the queues it works on (see keys.py), so it touches one hash-tag slot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import redis
+from kombu.utils.url import maybe_sanitize_url
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from .errors import StoreUnavailableError
+from .keys import Keys, QueueKeys, decode_id, encode_id
+from .limits import AccountLimit
+from .settings import FairqueueSettings
+
+logger = logging.getLogger(__name__)
+
+SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "extend", "reap", "trim_done",
+                "wake")
+NO_JOB_KEY = "-"
+
+
+def load_script_source(name: str) -> str:
+    folder = resources.files("celery_fairqueue") / "scripts"
+    return (folder / "_lib.lua").read_text() + "\n" + (folder / f"{name}.lua").read_text()
+
+
+def delivery_id(task_id: str, retries: int) -> str:
+    """The store's id of one delivery: Celery reuses the task id on retry, so add the count."""
+    return f"{task_id}:{retries}"
+
+
+def task_id_of(job_id: str) -> str:
+    return job_id.rsplit(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    job_id: str
+    created: bool
+    delayed: bool
+
+    @property
+    def task_id(self) -> str:
+        return task_id_of(self.job_id)
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    queue: str
+    job_id: str
+    envelope: str
+    deliveries: int
+    account: str  # encoded, as the store keeps it
+
+
+def make_client(url: str, socket_timeout: float = 10.0) -> redis.Redis:
+    """A Redis client that retries transient connection errors with backoff."""
+    return redis.Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=5.0,
+        health_check_interval=15,
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), 6),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+    )
+
+
+class FairStore:
+    """Enqueue, claim, settle, extend and reap fair jobs in one Redis."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, settings: FairqueueSettings) -> None:
+        self.client = client
+        self.keys = keys
+        self.settings = settings
+        self._scripts = {name: client.register_script(load_script_source(name))
+                         for name in SCRIPT_NAMES}
+        self._global = keys.global_keys()
+
+    @classmethod
+    def from_settings(cls, settings: FairqueueSettings) -> FairStore:
+        assert settings.redis_url
+        return cls(make_client(settings.redis_url), Keys(settings.key_prefix), settings)
+
+    def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any]) -> Any:
+        keys = list(self._global)
+        for queue_keys in queues:
+            keys.extend(queue_keys.as_list())
+        try:
+            return self._scripts[name](keys=keys, args=list(args))
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            url = maybe_sanitize_url(self.settings.redis_url or "")
+            raise StoreUnavailableError(
+                f"fair store at {url} is unreachable during {name}: {exc}") from exc
+
+    # -- producer side -------------------------------------------------------------------------
+
+    def enqueue(self, *, queue: str, account: str, job_id: str, envelope: str,
+                due: float | None = None, job_key: str | None = None,
+                dedupe: bool = True) -> EnqueueResult:
+        """Store a job; an existing delivery or pending/running/recently done key is reused."""
+        status, stored_id = self._run("enqueue", [self.keys.queue(queue)], [
+            job_id, encode_id(account), encode_id(queue), envelope, due or 0,
+            job_key or NO_JOB_KEY, "1" if dedupe else "0", self.settings.job_retention,
+        ])
+        return EnqueueResult(job_id=stored_id, created=status != 0, delayed=status == 2)
+
+    # -- worker side ---------------------------------------------------------------------------
+
+    def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
+              first: int = 0) -> list[ClaimedJob]:
+        """Lease up to ``want`` jobs from ``queues``, rotating over accounts with capacity."""
+        if want <= 0 or not queues:
+            return []
+        s = self.settings
+        flat = self._run("claim", [self.keys.queue(q) for q in queues], [
+            min(want, s.claim_batch), s.lease_seconds, token, default_limit, s.promote_batch,
+            s.max_skips, s.max_deliveries, first % len(queues) + 1,
+        ])
+        return [ClaimedJob(queue=queues[int(flat[n]) - 1], job_id=flat[n + 1],
+                           envelope=flat[n + 2], deliveries=int(flat[n + 3]),
+                           account=flat[n + 4])
+                for n in range(0, len(flat), 5)]
+
+    def ack(self, queue: str, account: str, job_id: str, token: str) -> bool:
+        """The job ran (or handed over to its retry): release its lease and slot."""
+        return bool(self._run("ack", [self.keys.queue(queue)],
+                              [job_id, token, encode_id(account)]))
+
+    def requeue(self, queue: str, account: str, job_id: str, token: str) -> bool:
+        """Give a leased job back to ready, in its FIFO place."""
+        return bool(self._run("requeue", [self.keys.queue(queue)],
+                              [job_id, token, encode_id(account)]))
+
+    def reject(self, queue: str, account: str, job_id: str, token: str, reason: str) -> bool:
+        """Dead-letter a leased job with ``reason``."""
+        return bool(self._run("reject", [self.keys.queue(queue)],
+                              [job_id, token, encode_id(account), reason]))
+
+    def bury(self, job_id: str, envelope: str, reason: str) -> None:
+        """Dead-letter a message that never became a job (it could not be queued)."""
+        record = json.dumps({"job_id": job_id, "reason": reason, "at": self.server_time(),
+                             "meta": "", "envelope": envelope, "deliveries": 0})
+        pipe = self.client.pipeline()
+        pipe.hset(self.keys.dead, job_id, record)
+        pipe.zadd(self.keys.dead_index, {job_id: self.server_time()})
+        pipe.hincrby(self.keys.stats, "dead", 1)
+        pipe.execute()
+
+    def extend(self, token: str, job_ids: Iterable[str]) -> list[str]:
+        """Heartbeat: extend the leases this worker owns; returns the ids it lost."""
+        ids = list(job_ids)
+        if not ids:
+            return []
+        return list(self._run("extend", [], [token, self.settings.lease_seconds, *ids]))
+
+    def known_queues(self) -> list[str]:
+        return sorted(decode_id(q) for q in self.client.smembers(self.keys.queues))
+
+    def reap(self, batch: int = 500) -> int:
+        """Return jobs with expired leases (crashed or hung workers) to ready."""
+        queues = self.known_queues()
+        if not queues:
+            return 0
+        return int(self._run("reap", [self.keys.queue(q) for q in queues],
+                             [batch, *(encode_id(q) for q in queues)]))
+
+    def trim_done(self, batch: int = 1000) -> int:
+        """Forget business keys whose job finished longer ago than the retention."""
+        return int(self._run("trim_done", [], [self.settings.job_retention, batch]))
+
+    # -- limits --------------------------------------------------------------------------------
+
+    def set_limit(self, account: str, limit: AccountLimit) -> None:
+        """Store an account's limit; it applies from the next claim, paused or not."""
+        encoded = encode_id(account)
+        now = self.server_time()
+        pipe = self.client.pipeline()
+        pipe.hset(self.keys.limits, encoded, limit.pack(now))
+        pipe.hset(self.keys.limit_config, encoded, limit.to_json())
+        pipe.execute()
+        self._wake(encoded)
+
+    def clear_limit(self, account: str) -> None:
+        """Drop an account's own limit; the default limit applies again."""
+        encoded = encode_id(account)
+        pipe = self.client.pipeline()
+        pipe.hdel(self.keys.limits, encoded)
+        pipe.hdel(self.keys.limit_config, encoded)
+        pipe.execute()
+        self._wake(encoded)
+
+    def get_limit(self, account: str) -> AccountLimit | None:
+        raw = self.client.hget(self.keys.limit_config, encode_id(account))
+        return AccountLimit.from_json(raw) if raw else None
+
+    def refresh_windows(self) -> int:
+        """Recompute the window schedules of accounts that have one (they run a week ahead)."""
+        now = self.server_time()
+        refreshed = 0
+        for encoded, raw in self.client.hscan_iter(self.keys.limit_config, count=500):
+            limit = AccountLimit.from_json(raw)
+            if limit.window:
+                self.client.hset(self.keys.limits, encoded, limit.pack(now))
+                refreshed += 1
+        return refreshed
+
+    def _wake(self, encoded_account: str) -> None:
+        queues = self.known_queues()
+        self._run("wake", [self.keys.queue(q) for q in queues], [encoded_account])
+
+    # -- inspection ----------------------------------------------------------------------------
+
+    def server_time(self) -> float:
+        seconds, micros = self.client.time()
+        return seconds + micros / 1e6
+
+    def counts(self, queue: str) -> dict[str, int]:
+        """Ready, delayed and running job counts and paused accounts of one queue."""
+        qk = self.keys.queue(queue)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(qk.ready)
+        pipe.zcard(qk.delayed)
+        pipe.hvals(qk.running)
+        pipe.zcard(qk.paused)
+        ready, delayed, running, paused = pipe.execute()
+        return {"ready": ready, "delayed": delayed, "running": sum(int(n) for n in running),
+                "paused_accounts": paused}
+
+    def stats(self) -> dict[str, int]:
+        return {k: int(v) for k, v in self.client.hgetall(self.keys.stats).items()}

@@ -1,0 +1,1 @@
+"""The worker side: a consumer bootstep that claims fair jobs for free pool slots."""

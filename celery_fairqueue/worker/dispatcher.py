@@ -1,0 +1,239 @@
+"""Claims fair jobs for free pool slots and hands them to Celery's own task handler.
+
+The dispatcher runs in the consumer's event loop: it claims when a slot frees (an ack wakes it
+through a self-pipe, so bursts of acks coalesce into one claim call) and on a short idle timer.
+It never holds more jobs than the pool can start now, so nothing waits in worker memory. A
+maintenance thread extends the leases of running jobs (heartbeat) and returns expired ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from celery.worker import state as worker_state
+from kombu.message import Message
+from kombu.serialization import loads
+
+from ..envelope import JSON_CONTENT_TYPE, Envelope, MalformedEnvelopeError
+from ..errors import FairqueueError
+from ..keys import decode_id
+from ..publish import get_store
+from ..settings import settings_for
+from ..store import ClaimedJob
+from .channel import FairChannel
+
+logger = logging.getLogger(__name__)
+
+ACCEPT = {JSON_CONTENT_TYPE}
+WINDOW_REFRESH_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class HeldJob:
+    queue: str
+    account: str
+    job_id: str
+
+
+class FairDispatcher:
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+        self.app = consumer.app
+        self.settings = settings_for(self.app)
+        self.store = get_store(self.app)
+        self.token = f"{consumer.hostname}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
+        self.channel = FairChannel(self)
+        self.held: dict[str, HeldJob] = {}
+        self.queues: list[str] = []
+        self.handler: Any = None
+        self.claiming = False
+        self._rotation = 0
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._timer: Any = None
+        self._stopping = threading.Event()
+        self._maintainer: threading.Thread | None = None
+        self._default_limit = ""
+        self._default_limit_at = 0.0
+
+    # -- lifecycle (called by the bootstep) ----------------------------------------------------
+
+    def start(self) -> None:
+        c = self.consumer
+        if c.hub is None:
+            raise FairqueueError(
+                "celery-fairqueue needs the worker's event loop (a Redis or AMQP broker and the "
+                "prefork, threads or solo pool); eventlet and gevent are not supported")
+        self.queues = sorted(c.app.amqp.queues.consume_from)
+        self.handler = c.create_task_handler()
+        c.hub.add_reader(self._wake_r, self._on_wake)
+        self._timer = c.timer.call_repeatedly(self.settings.poll_interval, self.claim)
+        self.claiming = True
+        if self._maintainer is None:
+            self._maintainer = threading.Thread(
+                target=self._maintain, name="fairqueue-maintenance", daemon=True)
+            self._maintainer.start()
+        logger.info("fairqueue: claiming fair jobs from queues %s as %s",
+                    ", ".join(self.queues), self.token)
+        self.wake()
+
+    def stop(self) -> None:
+        """Stop claiming; running jobs still settle through the channel."""
+        self.claiming = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        hub = self.consumer.hub
+        if hub is not None:
+            hub.remove_reader(self._wake_r)
+
+    def shutdown(self) -> None:
+        """Give back what is still held (a cold shutdown) and stop the maintenance thread."""
+        self.stop()
+        for job_id in list(self.held):
+            self.settle(job_id, "requeue")
+        self._stopping.set()
+        if self._maintainer is not None:
+            self._maintainer.join(timeout=5)
+
+    # -- claiming ------------------------------------------------------------------------------
+
+    def free_slots(self) -> int:
+        return int(self.consumer.pool.num_processes) - len(worker_state.reserved_requests)
+
+    def wake(self) -> None:
+        """Ask for a claim from any thread; the event loop runs it once for many wakes."""
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass  # the pipe is full: a claim is already due
+
+    def _on_wake(self, *args: Any) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        self.claim()
+
+    def claim(self) -> None:
+        if not self.claiming:
+            return
+        free = self.free_slots()
+        if free <= 0:
+            return
+        try:
+            jobs = self.store.claim(self.queues, free, self.token, self.default_limit(),
+                                    first=self._rotation)
+        except FairqueueError as exc:
+            logger.warning("fairqueue: claim failed, will retry: %s", exc)
+            return
+        self._rotation += 1
+        for job in jobs:
+            self._dispatch(job)
+
+    def default_limit(self) -> str:
+        """The packed default limit; its window schedule is recomputed hourly."""
+        now = time.time()
+        if now - self._default_limit_at > WINDOW_REFRESH_SECONDS:
+            self._default_limit = self.settings.default_limit.pack(self.store.server_time())
+            self._default_limit_at = now
+        return self._default_limit
+
+    def _dispatch(self, job: ClaimedJob) -> None:
+        held = HeldJob(queue=job.queue, account=decode_id(job.account), job_id=job.job_id)
+        self.held[job.job_id] = held
+        try:
+            envelope = Envelope.from_json(job.envelope)
+            loads(envelope.body, envelope.content_type, envelope.content_encoding, accept=ACCEPT)
+        except Exception as exc:  # noqa: BLE001 - any undecodable job is dead-lettered, not lost
+            logger.error("fairqueue: job %s of account %r is malformed and was dead-lettered: %s",
+                         job.job_id, held.account, exc)
+            self.settle(job.job_id, "reject", reason=f"malformed message: {exc}")
+            return
+        name = envelope.task_name
+        if name not in self.consumer.strategies:
+            logger.error("fairqueue: job %s has unknown task %r (not registered in this "
+                         "worker); dead-lettered", job.job_id, name)
+            self.settle(job.job_id, "reject",
+                        reason=f"unknown task {name!r}: not registered in worker "
+                               f"{self.consumer.hostname}")
+            return
+        headers = dict(envelope.headers)
+        headers["eta"] = None  # the store already waited for it; Celery must not wait again
+        message = Message(
+            body=envelope.body, delivery_tag=job.job_id, content_type=envelope.content_type,
+            content_encoding=envelope.content_encoding, headers=headers,
+            properties=envelope.properties, channel=self.channel, accept=ACCEPT,
+            delivery_info={"exchange": "", "routing_key": job.queue,
+                           "redelivered": job.deliveries > 1},
+        )
+        try:
+            self.handler(message)
+        except Exception:  # noqa: BLE001 - Celery could not take it; give it back, don't drop it
+            logger.exception("fairqueue: handing job %s to Celery failed; returned to ready",
+                             job.job_id)
+            if job.job_id in self.held:
+                self.settle(job.job_id, "requeue")
+
+    # -- settling ------------------------------------------------------------------------------
+
+    def settle(self, job_id: str, outcome: str, reason: str | None = None) -> None:
+        """Release a held job: ``ack`` (done), ``requeue`` (run again) or ``reject`` (dead)."""
+        held = self.held.pop(job_id, None)
+        if held is None:
+            logger.warning("fairqueue: %s of job %s that this worker does not hold", outcome,
+                           job_id)
+            return
+        try:
+            if outcome == "ack":
+                owned = self.store.ack(held.queue, held.account, job_id, self.token)
+            elif outcome == "requeue":
+                owned = self.store.requeue(held.queue, held.account, job_id, self.token)
+            else:
+                owned = self.store.reject(held.queue, held.account, job_id, self.token,
+                                          reason or "rejected by the worker (see its log)")
+        except FairqueueError as exc:
+            # the lease will expire and the reaper returns the job: at least once, not lost
+            logger.error("fairqueue: could not %s job %s: %s", outcome, job_id, exc)
+            owned = True
+        if not owned:
+            logger.warning("fairqueue: job %s lost its lease before it settled (it ran longer "
+                           "than fairqueue_lease_seconds without a heartbeat and was given to "
+                           "another worker)", job_id)
+        self.wake()
+
+    # -- maintenance thread --------------------------------------------------------------------
+
+    def _maintain(self) -> None:
+        s = self.settings
+        tick = min(s.heartbeat_interval, s.reap_interval)
+        last_beat = last_reap = last_windows = 0.0
+        while not self._stopping.wait(tick / 2):
+            now = time.monotonic()
+            try:
+                if now - last_beat >= s.heartbeat_interval:
+                    last_beat = now
+                    for job_id in self.store.extend(self.token, list(self.held)):
+                        logger.warning("fairqueue: lease of running job %s was lost", job_id)
+                if now - last_reap >= s.reap_interval:
+                    last_reap = now
+                    reaped = self.store.reap()
+                    if reaped:
+                        logger.warning("fairqueue: returned %d jobs with expired leases to ready",
+                                       reaped)
+                    self.store.trim_done()
+                if now - last_windows >= WINDOW_REFRESH_SECONDS:
+                    last_windows = now
+                    self.store.refresh_windows()
+            except FairqueueError as exc:
+                logger.warning("fairqueue: maintenance failed, will retry: %s", exc)
+            except Exception:  # noqa: BLE001 - the thread must outlive any one failure
+                logger.exception("fairqueue: maintenance error")
