@@ -1,0 +1,76 @@
+"""The test app of the fair dispatch tests: fair tasks that write to the ledger, and a plain one.
+
+Broker, result backend, fair store and ledger are the test Redis named by
+``$FAIRQUEUE_TEST_REDIS_URL``. Each task records ``(key, account, start, end)`` so tests can
+measure order, overlap and rate from the ledger rather than assume them.
+"""
+
+import json
+import os
+import time
+
+import redis
+from celery import Celery
+
+import celery_fairqueue
+from celery_fairqueue import FairTask
+from celery_fairqueue.testing import REDIS_URL_ENV, record_side_effect
+
+REDIS_URL = os.environ[REDIS_URL_ENV]
+
+app = Celery("fair", broker=REDIS_URL, backend=REDIS_URL)
+app.conf.update(
+    task_serializer="json",
+    result_serializer="json",
+    accept_content=["json"],
+    broker_connection_retry_on_startup=True,
+    fairqueue_lease_seconds=float(os.environ.get("FQ_LEASE_SECONDS", "6")),
+    fairqueue_heartbeat_interval=float(os.environ.get("FQ_HEARTBEAT_SECONDS", "1")),
+    fairqueue_reap_interval=float(os.environ.get("FQ_REAP_SECONDS", "0.5")),
+    fairqueue_poll_interval=0.05,
+)
+celery_fairqueue.install(app)
+
+_ledger = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+
+
+def _record(key: str, account: str, started: float) -> None:
+    record_side_effect(_ledger, key)
+    _ledger.rpush("runs", json.dumps({"key": key, "account": account, "start": started,
+                                      "end": time.time(), "pid": os.getpid()}))
+
+
+@app.task(base=FairTask, bind=True, account_arg="account_id", job_key=("account_id", "n"))
+def job(self, account_id: str, n: int, seconds: float = 0.0) -> int:
+    started = time.time()
+    if seconds:
+        time.sleep(seconds)
+    _record(f"{account_id}:{n}", account_id, started)
+    return n
+
+
+@app.task(base=FairTask, bind=True, account_arg="account_id", queue="critical")
+def urgent(self, account_id: str, n: int) -> int:
+    _record(f"urgent:{account_id}:{n}", account_id, time.time())
+    return n
+
+
+@app.task(base=FairTask, bind=True, account_arg="account_id", job_key=("account_id", "n"))
+def flaky(self, account_id: str, n: int, failures: int) -> int:
+    """Fails ``failures`` times through ``self.retry``, then succeeds."""
+    if self.request.retries < failures:
+        raise self.retry(countdown=0.2, max_retries=failures + 1)
+    _record(f"flaky:{account_id}:{n}", account_id, time.time())
+    return self.request.retries
+
+
+@app.task(base=FairTask, bind=True)
+def context(self, account_id: str) -> dict:
+    return {"job_key": self.request.job_key, "account": self.request.fairqueue_account,
+            "eta": self.request.eta, "delivery_info": self.request.delivery_info}
+
+
+@app.task
+def plain(key: str) -> str:
+    record_side_effect(_ledger, key)
+    return key

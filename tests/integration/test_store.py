@@ -1,0 +1,246 @@
+"""The fair store's scripts on a real redis-server: rotation, limits, leases, delays, dedupe."""
+
+import time
+
+import pytest
+
+from celery_fairqueue.keys import decode_id
+from celery_fairqueue.limits import AccountLimit
+from celery_fairqueue.store import FairStore
+
+from .conftest import put
+
+NO_LIMIT = AccountLimit().pack(0)
+TOKEN = "worker-a"
+
+
+def accounts_of(jobs):
+    return [decode_id(job.account) for job in jobs]
+
+
+def drain(store: FairStore, queues=("default",), want=1, limit=NO_LIMIT, token=TOKEN, ack=True):
+    """Claim one job at a time until none is ready; returns the accounts in claim order."""
+    order = []
+    while jobs := store.claim(list(queues), want, token, limit):
+        for job in jobs:
+            order.append(decode_id(job.account))
+            if ack:
+                store.ack(job.queue, decode_id(job.account), job.job_id, token)
+    return order
+
+
+def test_whale_burst_does_not_delay_small_accounts(store):
+    for n in range(50):
+        put(store, "whale", n)
+    for account in ("s1", "s2", "s3"):
+        for n in range(2):
+            put(store, account, n)
+    order = drain(store)
+    # round robin: each small account's first job is among the first four claims
+    assert order[:4] == ["whale", "s1", "s2", "s3"]
+    assert order[4:8] == ["whale", "s1", "s2", "s3"]
+    assert order[8:] == ["whale"] * 48
+
+
+def test_each_account_keeps_fifo_order(store):
+    ids = [put(store, "acme", n) for n in range(5)]
+    claimed = []
+    while jobs := store.claim(["default"], 2, TOKEN, NO_LIMIT):
+        claimed += [j.job_id for j in jobs]
+        for j in jobs:
+            store.ack("default", "acme", j.job_id, TOKEN)
+    assert claimed == ids
+
+
+def test_several_jobs_per_claim_rotate_over_accounts(store):
+    for account in ("a", "b", "c"):
+        for n in range(3):
+            put(store, account, n)
+    jobs = store.claim(["default"], 7, TOKEN, NO_LIMIT)
+    assert accounts_of(jobs) == ["a", "b", "c", "a", "b", "c", "a"]
+
+
+def test_rate_limited_account_is_deferred_not_failed_and_others_go_on(store):
+    store.set_limit("slow", AccountLimit(rate="2/s", burst=1))
+    for n in range(5):
+        put(store, "slow", n)
+        put(store, "fast", n)
+    first = drain(store)
+    assert first.count("slow") == 1  # one token, then the account is paused
+    assert first.count("fast") == 5
+    assert store.stats()["deferred"] >= 1
+    counts = store.counts("default")
+    assert counts["ready"] == 4 and counts["paused_accounts"] == 1
+    time.sleep(0.6)  # about one more token
+    assert drain(store) == ["slow"]
+
+
+def test_rate_limit_holds_over_time(store):
+    store.set_limit("acme", AccountLimit(rate="20/s", burst=1))
+    for n in range(200):
+        put(store, "acme", n)
+    started = time.monotonic()
+    claimed = 0
+    while time.monotonic() - started < 1.5:
+        claimed += len(store.claim(["default"], 4, TOKEN, NO_LIMIT))
+        time.sleep(0.005)
+    # 1 burst token + 20/s for 1.5 s; the claims themselves take time, so allow a little less
+    assert 25 <= claimed <= 32
+
+
+def test_concurrency_cap_skips_account_until_a_job_settles(store):
+    store.set_limit("acme", AccountLimit(concurrency=2))
+    for n in range(5):
+        put(store, "acme", n)
+    jobs = store.claim(["default"], 5, TOKEN, NO_LIMIT)
+    assert len(jobs) == 2
+    assert store.claim(["default"], 5, TOKEN, NO_LIMIT) == []
+    store.ack("default", "acme", jobs[0].job_id, TOKEN)
+    assert len(store.claim(["default"], 5, TOKEN, NO_LIMIT)) == 1
+
+
+def test_window_closed_defers_until_it_opens(store):
+    now = store.server_time()
+    opens = time.strftime("%H:%M", time.gmtime(now + 3 * 3600))
+    closes = time.strftime("%H:%M", time.gmtime(now + 4 * 3600))
+    store.set_limit("office", AccountLimit(window=f"{opens}-{closes}", tz="UTC"))
+    put(store, "office", 1)
+    put(store, "anytime", 1)
+    assert drain(store) == ["anytime"]
+    wake = store.client.zscore(store.keys.queue("default").paused, "office")
+    assert wake == pytest.approx(now + 3 * 3600, abs=60)
+
+
+def test_raising_a_limit_wakes_a_paused_account_at_once(store):
+    store.set_limit("acme", AccountLimit(rate="1/h", burst=1))
+    put(store, "acme", 1)
+    put(store, "acme", 2)
+    assert drain(store) == ["acme"]
+    store.set_limit("acme", AccountLimit(rate="100/s", burst=5))
+    assert drain(store) == ["acme"]
+
+
+def test_default_limit_applies_to_accounts_without_their_own(store):
+    for n in range(3):
+        put(store, "anyone", n)
+    default = AccountLimit(concurrency=1).pack(0)
+    assert len(store.claim(["default"], 3, TOKEN, default)) == 1
+
+
+def test_delayed_job_waits_in_redis_until_due(store):
+    put(store, "acme", 1, due=store.server_time() + 0.4)
+    assert store.claim(["default"], 1, TOKEN, NO_LIMIT) == []
+    assert store.counts("default")["delayed"] == 1
+    time.sleep(0.5)
+    assert accounts_of(store.claim(["default"], 1, TOKEN, NO_LIMIT)) == ["acme"]
+
+
+def test_expired_lease_returns_job_to_ready_in_its_place(make_store):
+    store = make_store(lease_seconds=0.3, heartbeat_interval=0.1)
+    first = put(store, "acme", 1)
+    put(store, "acme", 2)
+    [job] = store.claim(["default"], 1, "dead-worker", NO_LIMIT)
+    assert job.job_id == first
+    time.sleep(0.4)
+    assert store.reap() == 1
+    [again] = store.claim(["default"], 1, "live-worker", NO_LIMIT)
+    assert again.job_id == first and again.deliveries == 2
+    # the dead worker's late ack does not settle a job it no longer owns
+    assert store.ack("default", "acme", first, "dead-worker") is False
+    assert store.ack("default", "acme", first, "live-worker") is True
+
+
+def test_heartbeat_keeps_a_running_job_leased(make_store):
+    store = make_store(lease_seconds=0.4, heartbeat_interval=0.1)
+    put(store, "acme", 1)
+    [job] = store.claim(["default"], 1, TOKEN, NO_LIMIT)
+    for _ in range(4):
+        time.sleep(0.2)
+        assert store.extend(TOKEN, [job.job_id]) == []
+    assert store.reap() == 0
+    assert store.extend("someone-else", [job.job_id]) == [job.job_id]
+
+
+def test_requeue_keeps_fifo_place_and_frees_the_cap(store):
+    store.set_limit("acme", AccountLimit(concurrency=1))
+    first = put(store, "acme", 1)
+    put(store, "acme", 2)
+    [job] = store.claim(["default"], 2, TOKEN, NO_LIMIT)
+    assert store.requeue("default", "acme", job.job_id, TOKEN)
+    [again] = store.claim(["default"], 2, TOKEN, NO_LIMIT)
+    assert again.job_id == first
+
+
+def test_same_business_key_is_one_job_until_retention_passes(make_store):
+    store = make_store(job_retention=0.5)
+    a = store.enqueue(queue="default", account="acme", job_id="t1:0", envelope="{}",
+                      job_key="k1")
+    b = store.enqueue(queue="default", account="acme", job_id="t2:0", envelope="{}",
+                      job_key="k1")
+    assert a.created and not b.created and b.task_id == "t1"
+    [job] = store.claim(["default"], 5, TOKEN, NO_LIMIT)
+    c = store.enqueue(queue="default", account="acme", job_id="t3:0", envelope="{}",
+                      job_key="k1")
+    assert not c.created  # running
+    store.ack("default", "acme", job.job_id, TOKEN)
+    d = store.enqueue(queue="default", account="acme", job_id="t4:0", envelope="{}",
+                      job_key="k1")
+    assert not d.created and d.task_id == "t1"  # done, within retention
+    time.sleep(0.6)
+    assert store.trim_done() == 1
+    e = store.enqueue(queue="default", account="acme", job_id="t5:0", envelope="{}",
+                      job_key="k1")
+    assert e.created
+
+
+def test_same_delivery_stored_twice_is_one_job(store):
+    put(store, "acme", 1)
+    put(store, "acme", 1)
+    assert store.counts("default")["ready"] == 1
+
+
+def test_named_queues_are_isolated(store):
+    put(store, "acme", 1, queue="critical")
+    put(store, "acme", 2, queue="default")
+    jobs = store.claim(["critical"], 5, TOKEN, NO_LIMIT)
+    assert [j.queue for j in jobs] == ["critical"]
+    jobs = store.claim(["critical", "default"], 5, TOKEN, NO_LIMIT)
+    assert [j.queue for j in jobs] == ["default"]
+
+
+def test_poison_job_is_dead_lettered_after_max_deliveries(make_store):
+    store = make_store(max_deliveries=2, lease_seconds=30.0)
+    job_id = put(store, "acme", 1)
+    for _ in range(2):
+        [job] = store.claim(["default"], 1, TOKEN, NO_LIMIT)
+        store.requeue("default", "acme", job.job_id, TOKEN)
+    assert store.claim(["default"], 1, TOKEN, NO_LIMIT) == []
+    assert store.client.hexists(store.keys.dead, job_id)
+    assert "2 times" in store.client.hget(store.keys.dead, job_id)
+
+
+HOSTILE_ACCOUNTS = ["*", "{x}", "a|b", "new\nline", "sp ace", "ümlaut-账户", "x" * 1024, "%41",
+                    "a:b:c", "-"]
+
+
+def test_hostile_account_ids_are_safe_and_distinct(store):
+    for account in HOSTILE_ACCOUNTS:
+        for n in range(2):
+            put(store, account, n)
+    order = drain(store, want=3)
+    assert sorted(order) == sorted(HOSTILE_ACCOUNTS * 2)
+    for key in store.client.keys("*"):
+        assert key.startswith("{fairqueue}:"), key  # one hash tag: one Cluster slot
+        assert "\n" not in key and "*" not in key
+
+
+def test_settled_jobs_leave_no_per_job_state(store):
+    for n in range(20):
+        put(store, f"a{n % 4}", n)
+    drain(store, want=5)
+    c = store.client
+    k = store.keys
+    qk = store.keys.queue("default")
+    assert c.hlen(k.jobs) == c.hlen(k.meta) == c.hlen(k.deliveries) == c.hlen(k.owners) == 0
+    assert c.zcard(k.leases) == c.zcard(qk.ready) == c.llen(qk.ring) == 0
+    assert c.hlen(qk.state) == c.hlen(qk.nready) == c.hlen(qk.running) == 0
