@@ -106,7 +106,14 @@ class FairDispatcher:
     # -- claiming ------------------------------------------------------------------------------
 
     def free_slots(self) -> int:
-        return int(self.consumer.pool.num_processes) - len(worker_state.reserved_requests)
+        """Pool slots not taken by a broker task or by a fair job this worker still holds.
+
+        A held job counts until its ack is settled, which runs a loop turn after the request
+        leaves ``reserved_requests``; counting it keeps the leases at most the pool size.
+        """
+        broker_tasks = sum(1 for request in worker_state.reserved_requests
+                           if not isinstance(request.message.channel, FairChannel))
+        return int(self.consumer.pool.num_processes) - broker_tasks - len(self.held)
 
     def wake(self) -> None:
         """Ask for a claim from any thread; the event loop runs it once for many wakes."""

@@ -32,7 +32,7 @@ def fair_strategy(task: FairTask, app: Any, consumer: Any, **kwargs: Any) -> Any
         if isinstance(message.channel, FairChannel):
             return handle(message, body, ack, reject, callbacks, **options)
         adopt(app, task, message)
-        ack()
+        ack(logger, consumer.connection_errors)  # the promise of message.ack_log_error
         return None
 
     return task_message_handler

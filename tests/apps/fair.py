@@ -43,6 +43,7 @@ def _record(key: str, account: str, started: float) -> None:
 @app.task(base=FairTask, bind=True, account_arg="account_id", job_key=("account_id", "n"))
 def job(self, account_id: str, n: int, seconds: float = 0.0) -> int:
     started = time.time()
+    _ledger.hincrby("starts", f"{account_id}:{n}", 1)
     if seconds:
         time.sleep(seconds)
     _record(f"{account_id}:{n}", account_id, started)
