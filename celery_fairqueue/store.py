@@ -56,6 +56,12 @@ class EnqueueResult:
 
 
 @dataclass(frozen=True)
+class Claim:
+    jobs: list[ClaimedJob]
+    next_due: float | None  # seconds until a paused account or delayed job is due
+
+
+@dataclass(frozen=True)
 class ClaimedJob:
     queue: str
     job_id: str
@@ -121,17 +127,24 @@ class FairStore:
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
               first: int = 0) -> list[ClaimedJob]:
         """Lease up to ``want`` jobs from ``queues``, rotating over accounts with capacity."""
+        return self.claim_with_due(queues, want, token, default_limit, first).jobs
+
+    def claim_with_due(self, queues: Sequence[str], want: int, token: str, default_limit: str,
+                       first: int = 0) -> Claim:
+        """:meth:`claim`, also saying when the next paused account or delayed job is due."""
         if want <= 0 or not queues:
-            return []
+            return Claim([], None)
         s = self.settings
         flat = self._run("claim", [self.keys.queue(q) for q in queues], [
             min(want, s.claim_batch), s.lease_seconds, token, default_limit, s.promote_batch,
             s.max_skips, s.max_deliveries, first % len(queues) + 1,
         ])
-        return [ClaimedJob(queue=queues[int(flat[n]) - 1], job_id=flat[n + 1],
+        next_due = float(flat[0])
+        jobs = [ClaimedJob(queue=queues[int(flat[n]) - 1], job_id=flat[n + 1],
                            envelope=flat[n + 2], deliveries=int(flat[n + 3]),
                            account=flat[n + 4])
-                for n in range(0, len(flat), 5)]
+                for n in range(1, len(flat), 5)]
+        return Claim(jobs, next_due if next_due >= 0 else None)
 
     def ack(self, queue: str, account: str, job_id: str, token: str) -> bool:
         """The job ran (or handed over to its retry): release its lease and slot."""

@@ -34,11 +34,12 @@ local function hget_number(key, field)
   return tonumber(redis.call('HGET', key, field) or '0')
 end
 
--- Back into the rotation if it has ready jobs, else out of the queue's state entirely.
-local function rotate_in_or_forget(qk, account)
+-- Back into the rotation if it has ready jobs, else out of the queue's state entirely. An account
+-- whose pause ended goes to the front: it waited for its token, and a later turn would waste it.
+local function rotate_in_or_forget(qk, account, front)
   if hget_number(qk.nready, account) > 0 then
     redis.call('HSET', qk.state, account, 'r')
-    redis.call('RPUSH', qk.ring, account)
+    redis.call(front and 'LPUSH' or 'RPUSH', qk.ring, account)
   else
     redis.call('HDEL', qk.state, account)
   end

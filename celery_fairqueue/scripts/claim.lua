@@ -3,7 +3,8 @@
 -- ARGV: [1] jobs wanted, [2] lease seconds, [3] owner token, [4] default limit (packed),
 --       [5] promotion batch, [6] most accounts skipped in one call, [7] most deliveries before
 --       a job is dead-lettered as poison, [8] index of the queue to start with (1-based).
--- Returns a flat list: queue index, job_id, envelope, deliveries, account, then the next job's.
+-- Returns a flat list: seconds until the next paused account or delayed job is due (-1: none),
+-- then per job: queue index, job_id, envelope, deliveries, account.
 -- Cost: O(log n) per job or skipped account (ring pops, hash fields, one lex range); no scans.
 local want, lease, token, default_limit = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local batch, max_skips, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -22,7 +23,7 @@ local function promote(qk)
   end
   for _, account in ipairs(redis.call('ZRANGEBYSCORE', qk.paused, '-inf', now, 'LIMIT', 0, batch)) do
     redis.call('ZREM', qk.paused, account)
-    rotate_in_or_forget(qk, account)
+    rotate_in_or_forget(qk, account, true)
   end
 end
 
@@ -128,7 +129,7 @@ for i = 1, nq do
   promote(queues[i])
 end
 
-local out, claimed, skips, live, empty = {}, 0, 0, nq, {}
+local out, claimed, skips, live, empty = {-1}, 0, 0, nq, {}
 local i = tonumber(ARGV[8]) - 1
 while claimed < want and live > 0 and skips <= max_skips do
   i = i % nq + 1
@@ -154,5 +155,18 @@ while claimed < want and live > 0 and skips <= max_skips do
 end
 if claimed > 0 then
   redis.call('HINCRBY', K_STATS, 'claimed', claimed)
+end
+-- tell the worker when to ask again, so a paused account runs the moment its token is there
+local next_due = nil
+for n = 1, nq do
+  for _, key in ipairs({queues[n].paused, queues[n].delayed}) do
+    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
+    if head and (not next_due or tonumber(head) < next_due) then
+      next_due = tonumber(head)
+    end
+  end
+end
+if next_due then
+  out[1] = string.format('%.6f', math.max(0, next_due - now))
 end
 return out

@@ -58,6 +58,7 @@ class FairDispatcher:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._timer: Any = None
+        self._due_at: float | None = None
         self._stopping = threading.Event()
         self._maintainer: threading.Thread | None = None
         self._default_limit = ""
@@ -137,14 +138,28 @@ class FairDispatcher:
         if free <= 0:
             return
         try:
-            jobs = self.store.claim(self.queues, free, self.token, self.default_limit(),
-                                    first=self._rotation)
+            claim = self.store.claim_with_due(self.queues, free, self.token,
+                                              self.default_limit(), first=self._rotation)
         except FairqueueError as exc:
             logger.warning("fairqueue: claim failed, will retry: %s", exc)
             return
         self._rotation += 1
-        for job in jobs:
+        for job in claim.jobs:
             self._dispatch(job)
+        if claim.next_due is not None and claim.next_due < self.settings.poll_interval:
+            self._claim_at(claim.next_due)
+
+    def _claim_at(self, delay: float) -> None:
+        """Claim again when a paused account's token or a delayed job is due, not a poll later."""
+        due = time.monotonic() + delay
+        if self._due_at is not None and self._due_at <= due:
+            return
+        self._due_at = due
+        self.consumer.timer.call_after(delay, self._on_due)
+
+    def _on_due(self) -> None:
+        self._due_at = None
+        self.claim()
 
     def default_limit(self) -> str:
         """The packed default limit; its window schedule is recomputed hourly."""
