@@ -40,9 +40,11 @@ def _record(account: str, enqueued: float, seconds: float) -> None:
 
 
 def _tick() -> None:
+    now = time.time()
     pipe = ledger.pipeline(transaction=False)
+    pipe.set("first", now, nx=True)
     pipe.incr("done")
-    pipe.set("last", time.time())
+    pipe.set("last", now)
     pipe.execute()
 
 
