@@ -1,0 +1,28 @@
+# Everything from a fresh machine to a green test run: `make test`. `make demo` runs the example.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+# Reinstall only when the package metadata changes.
+STAMP := $(VENV)/.stamp-install
+
+.PHONY: venv services test demo lint
+
+venv: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,django]'
+	touch $@
+
+services:
+	bash tools/ensure-services.sh
+
+test: venv services
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: venv services
+	$(PY) example_project/run_demo.py
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy celery_fairqueue

@@ -1,0 +1,40 @@
+"""Automation steps: each sends one outbound message to one lead of one account."""
+
+import os
+import time
+
+from django.db.models import F
+
+from automations.models import OutboundMessage
+from proj.celery import app
+
+#: How long the simulated call to the messaging provider takes.
+SEND_SECONDS = 0.05
+
+
+# The one line that makes this a fair-queued job once FairTask exists:
+#   @app.task(base=FairTask, bind=True, account_arg="account_id",
+#             job_key=("account_id", "lead_id", "step", "campaign_rev"))
+@app.task(bind=True)
+def send_step(self, account_id: str, lead_id: int, step: str, campaign_rev: int) -> dict:
+    """Send the step's message to the lead, at most once per business key."""
+    message, created = OutboundMessage.objects.get_or_create(
+        account_id=account_id,
+        lead_id=lead_id,
+        step=step,
+        campaign_rev=campaign_rev,
+        defaults={"task_id": self.request.id},
+    )
+    if created:
+        # The provider call, made only by the delivery that claimed the business key.
+        time.sleep(SEND_SECONDS)
+    else:
+        OutboundMessage.objects.filter(pk=message.pk).update(deliveries=F("deliveries") + 1)
+    return {
+        "message_id": message.pk,
+        "account_id": account_id,
+        "lead_id": lead_id,
+        "step": step,
+        "sent": created,
+        "worker_pid": os.getpid(),
+    }

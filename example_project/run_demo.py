@@ -1,0 +1,81 @@
+"""Run the example project end to end, then stop everything it started (``make demo``).
+
+A throwaway redis-server on a free port, the example's SQLite database migrated, a real
+``celery -A proj worker``, and the ``run_demo_workload`` command as the producer. The servers and
+worker come from the test harness (``celery_fairqueue.testing``), so the demo runs exactly the
+processes the tests run.
+"""
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from celery_fairqueue.testing import RedisServer, WorkerProcess, pid_alive, process_group
+
+HERE = Path(__file__).resolve().parent
+
+
+def say(text: str) -> None:
+    print(f"[demo] {text}", flush=True)
+
+
+def manage(*args: str, env: dict[str, str]) -> None:
+    subprocess.run([sys.executable, "manage.py", *args], cwd=HERE, env=env, check=True)
+
+
+def main() -> int:
+    # SIGTERM (e.g. from a CI runner) unwinds like Ctrl-C, so the cleanup below always runs.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    with (
+        tempfile.TemporaryDirectory(prefix="fairqueue-demo-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
+        redis = RedisServer(Path(tmp) / "redis")
+        stack.callback(redis.stop)
+        redis_pid = redis.start().process.pid
+        say(f"started redis-server pid {redis_pid} at {redis.url} (dir {redis.directory})")
+
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "proj.settings",
+            "REDIS_URL": redis.url,
+        }
+        manage("migrate", "--noinput", "--verbosity", "0", env=env)
+        database = os.environ.get("DATABASE_URL", f"sqlite at {HERE / 'db.sqlite3'}")
+        say(f"migrated the example database ({database})")
+
+        worker = WorkerProcess(
+            "proj",
+            redis_url=redis.url,
+            log_path=Path(tmp) / "worker.log",
+            cwd=HERE,
+            pool="prefork",
+            concurrency=2,
+            hostname=f"demo-{os.getpid()}@localhost",
+            env=env,
+        )
+        stack.callback(worker.stop)
+        worker.start()
+        say(f"worker {worker.hostname} ready: pid {worker.pid}, pool children {worker.children()}")
+
+        say("running the workload (manage.py run_demo_workload):")
+        manage("run_demo_workload", env=env)
+
+        log = worker.log_path.read_text()
+        received, succeeded = log.count(" received"), log.count(" succeeded in ")
+        say(f"worker log: {received} tasks received, {succeeded} succeeded")
+        say("stopping the worker (warm shutdown) and redis-server")
+    left = [pid for pid in [redis_pid, *process_group(worker.pid)] if pid_alive(pid)]
+    if left:
+        say(f"still running after cleanup: {left}")
+        return 1
+    say("done; nothing it started is left running")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
