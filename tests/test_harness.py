@@ -6,10 +6,12 @@ from types import ModuleType
 
 import pytest
 import redis
+from celery import Celery
 
 from celery_fairqueue.testing import (
     Ledger,
     RedisServer,
+    WorkerProcess,
     pid_alive,
     process_group,
     record_side_effect,
@@ -82,18 +84,35 @@ def test_stop_is_a_warm_shutdown_that_finishes_the_running_task(
     assert ledger.counts() == {"warm": 1}
 
 
-def test_kill_sigkills_the_main_process_and_every_pool_child(celery_worker_factory):
+def test_kill_sigkills_the_whole_process_group(harness, celery_worker_factory):
     worker = celery_worker_factory(pool="prefork", concurrency=2)
     children = worker.children()
     assert len(children) == 2
-    assert sorted(process_group(worker.pid)) == sorted([worker.pid, *children])
+    sleeper = harness.spawn_sleeper.delay().get(timeout=10)
+    assert sorted(process_group(worker.pid)) == sorted([worker.pid, *children, sleeper])
 
     worker.kill()
 
     assert worker.process.returncode == -signal.SIGKILL
     assert not worker.is_alive()
-    assert not any(pid_alive(pid) for pid in [worker.pid, *children])
+    assert not any(pid_alive(pid) for pid in [worker.pid, *children, sleeper])
     assert process_group(worker.pid) == []
+
+
+def test_worker_process_uses_the_redis_it_is_given(redis_server_factory, tmp_path, request):
+    other = redis_server_factory()
+    worker = WorkerProcess(
+        "tests.apps.harness",
+        redis_url=other.url,
+        log_path=tmp_path / "worker.log",
+        cwd=request.config.rootpath,
+    )
+    try:
+        worker.start()
+        client_app = Celery(broker=other.url, backend=other.url)
+        assert client_app.send_task("tests.apps.harness.add", (1, 2)).get(timeout=10) == 3
+    finally:
+        worker.kill()
 
 
 def test_kill_child_kills_one_child_and_the_worker_replaces_it(harness, celery_worker_factory):

@@ -5,6 +5,7 @@ which the ``redis_server`` fixture exports and the worker factory passes on.
 """
 
 import os
+import subprocess
 import time
 
 import redis
@@ -46,3 +47,13 @@ def sleep_then_record(key: str, seconds: float) -> str:
 def worker_pid() -> int:
     """PID of the process that ran the task: a pool child under prefork."""
     return os.getpid()
+
+
+@app.task
+def spawn_sleeper(seconds: float = 60) -> int:
+    """Start a grandchild process in the worker's process group and return its PID.
+
+    Unlike pool children, it does not die with its parent: only a signal to the whole group
+    reaches it.
+    """
+    return subprocess.Popen(["sleep", str(seconds)]).pid
