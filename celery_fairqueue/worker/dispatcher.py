@@ -58,7 +58,8 @@ class FairDispatcher:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._timer: Any = None
-        self._due_at: float | None = None
+        self._due: Any = None  # the timer entry of _claim_at
+        self._due_at = 0.0
         self._stopping = threading.Event()
         self._maintainer: threading.Thread | None = None
         self._default_limit = ""
@@ -150,15 +151,21 @@ class FairDispatcher:
             self._claim_at(claim.next_due)
 
     def _claim_at(self, delay: float) -> None:
-        """Claim again when a paused account's token or a delayed job is due, not a poll later."""
+        """Claim again when a paused account's token or a delayed job is due, not a poll later.
+
+        One timer entry at most: kombu's hub fires ten timers per loop turn and then sleeps a
+        full second, so stray entries would stall the worker.
+        """
         due = time.monotonic() + delay
-        if self._due_at is not None and self._due_at <= due:
-            return
+        if self._due is not None:
+            if self._due_at <= due:
+                return
+            self._due.cancel()
         self._due_at = due
-        self.consumer.timer.call_after(delay, self._on_due)
+        self._due = self.consumer.timer.call_after(delay, self._on_due)
 
     def _on_due(self) -> None:
-        self._due_at = None
+        self._due = None
         self.claim()
 
     def default_limit(self) -> str:

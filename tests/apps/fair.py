@@ -28,6 +28,7 @@ app.conf.update(
     fairqueue_heartbeat_interval=float(os.environ.get("FQ_HEARTBEAT_SECONDS", "1")),
     fairqueue_reap_interval=float(os.environ.get("FQ_REAP_SECONDS", "0.5")),
     fairqueue_poll_interval=0.05,
+    fairqueue_max_deliveries=int(os.environ.get("FQ_MAX_DELIVERIES", "10")),
 )
 celery_fairqueue.install(app)
 
