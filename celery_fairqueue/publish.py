@@ -94,6 +94,7 @@ def publish_fair(app: Celery, task: FairTask, producer: Any, message: Any,
             f"task {task.name}: fair jobs are serialized as JSON only, not {serializer!r} "
             "(set task_serializer='json')")
     args, kwargs, _embed = body
+    data = serialize_body(task.name, body)
     account = task.resolve_account(args, kwargs, options.pop("account", None))
     job_key = task.business_key(account, args, kwargs)
     headers[ACCOUNT_HEADER] = account
@@ -104,7 +105,7 @@ def publish_fair(app: Celery, task: FairTask, producer: Any, message: Any,
     signals.before_task_publish.send(
         sender=task.name, body=body, exchange="", routing_key=qname, declare=[],
         headers=headers, properties=properties, retry_policy={})
-    envelope = encode_envelope(app, task.name, body, headers, properties)
+    envelope = encode_envelope(app, task.name, data, headers, properties)
     retries = int(headers.get("retries") or 0)
     result = get_store(app).enqueue(
         queue=qname, account=account, job_id=delivery_id(headers["id"], retries),
@@ -122,18 +123,22 @@ def publish_fair(app: Celery, task: FairTask, producer: Any, message: Any,
     return result
 
 
-def encode_envelope(app: Celery, task_name: str, body: Any, headers: dict[str, Any],
-                    properties: dict[str, Any]) -> str:
-    """Serialize a message for the store; refuse what JSON cannot hold or what is too large."""
+def serialize_body(task_name: str, body: Any) -> str:
+    """The message body as JSON; refuse what JSON cannot hold, naming the task."""
     try:
-        content_type, content_encoding, data = dumps(body, serializer="json")
+        content_type, _encoding, data = dumps(body, serializer="json")
     except EncodeError as exc:
         raise SerializationError(
             f"task {task_name}: arguments are not JSON-serializable ({exc}); pass ids and plain "
             "values, not objects") from None
     assert content_type == JSON_CONTENT_TYPE
-    envelope = Envelope(body=data, content_type=content_type, content_encoding=content_encoding,
-                        headers=headers, properties=properties).to_json()
+    return str(data)
+
+
+def encode_envelope(app: Celery, task_name: str, data: str, headers: dict[str, Any],
+                    properties: dict[str, Any]) -> str:
+    """The stored form of a message; refuse one over ``fairqueue_max_payload_bytes``."""
+    envelope = Envelope(body=data, headers=headers, properties=properties).to_json()
     limit = settings_for(app).max_payload_bytes
     size = len(envelope.encode())
     if size > limit:
