@@ -11,20 +11,28 @@ from .errors import (
     StoreUnavailableError,
 )
 from .install import clear_account_limit, get_account_limit, install, set_account_limit
+from .dlq import DeadLetter, DeadLetters
 from .limits import AccountLimit
-from .task import FairTask
+from .retry import PermanentError, RetryableError, RetryPolicy
+from .task import FairTask, ReliableTask
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AccountLimit",
     "ConfigurationError",
+    "DeadLetter",
+    "DeadLetters",
     "EnqueueError",
     "FairTask",
     "FairqueueError",
     "InvalidLimitError",
     "MissingAccountError",
     "PayloadTooLargeError",
+    "PermanentError",
+    "ReliableTask",
+    "RetryPolicy",
+    "RetryableError",
     "SerializationError",
     "StoreUnavailableError",
     "clear_account_limit",

@@ -137,6 +137,11 @@ class Keys:
         return self._key("deadindex")
 
     @cached_property
+    def markers(self) -> str:
+        """Hash business job key -> started/done marker (JSON) around the side effect."""
+        return self._key("markers")
+
+    @cached_property
     def stats(self) -> str:
         """Hash of counters: enqueued, claimed, deferred, requeued, reaped, dead."""
         return self._key("stats")
@@ -146,7 +151,7 @@ class Keys:
         return [
             self.jobs, self.meta, self.job_keys, self.done, self.leases, self.owners,
             self.limits, self.buckets, self.queues, self.seq, self.deliveries, self.stats,
-            self.dead, self.dead_index,
+            self.dead, self.dead_index, self.markers,
         ]
 
     def queue(self, name: str) -> QueueKeys:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -26,7 +27,7 @@ from .settings import FairqueueSettings
 logger = logging.getLogger(__name__)
 
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "extend", "reap", "trim_done",
-                "wake")
+                "wake", "bury")
 NO_JOB_KEY = "-"
 
 
@@ -161,15 +162,33 @@ class FairStore:
         return bool(self._run("reject", [self.keys.queue(queue)],
                               [job_id, token, encode_id(account), reason]))
 
-    def bury(self, job_id: str, envelope: str, reason: str) -> None:
-        """Dead-letter a message that never became a job (it could not be queued)."""
-        record = json.dumps({"job_id": job_id, "reason": reason, "at": self.server_time(),
-                             "meta": "", "envelope": envelope, "deliveries": 0})
-        pipe = self.client.pipeline()
-        pipe.hset(self.keys.dead, job_id, record)
-        pipe.zadd(self.keys.dead_index, {job_id: self.server_time()})
-        pipe.hincrby(self.keys.stats, "dead", 1)
-        pipe.execute()
+    def bury(self, job_id: str, record: dict[str, Any]) -> None:
+        """Keep a failed job as a dead letter; ``record`` says what it was and why it died."""
+        fields = {k: v for k, v in record.items() if v is not None}
+        self._run("bury", [], [job_id, json.dumps(fields, default=str)])
+
+    # -- idempotency markers -------------------------------------------------------------------
+
+    def marker(self, job_key: str) -> dict[str, Any] | None:
+        raw = self.client.hget(self.keys.markers, job_key)
+        return json.loads(raw) if raw else None
+
+    def mark_started(self, job_key: str, job_id: str) -> None:
+        """Before the side effect: a redelivery that finds only this asks for reconciliation."""
+        self._set_marker(job_key, {"state": "started", "job_id": job_id})
+
+    def mark_done(self, job_key: str, job_id: str, external_id: str | None = None) -> None:
+        """After the side effect: a redelivery that finds this returns without running."""
+        self._set_marker(job_key, {"state": "done", "job_id": job_id, "external_id": external_id})
+        self.client.zadd(self.keys.done, {job_key: self.server_time()}, nx=True)
+
+    def _set_marker(self, job_key: str, marker: dict[str, Any]) -> None:
+        marker["at"] = time.time()
+        try:
+            self.client.hset(self.keys.markers, job_key, json.dumps(marker))
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise StoreUnavailableError(f"could not record the {marker['state']} marker of job "
+                                        f"{marker['job_id']}: {exc}") from exc
 
     def extend(self, token: str, job_ids: Iterable[str]) -> list[str]:
         """Heartbeat: extend the leases this worker owns; returns the ids it lost."""

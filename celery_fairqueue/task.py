@@ -1,41 +1,50 @@
-"""FairTask: the Task base class whose jobs go through the fair store instead of the broker."""
+"""The Task base classes: ReliableTask (idempotent, classified retries, dead letters) and
+FairTask (all of that, plus fair queuing by account through the fair store)."""
 
 from __future__ import annotations
 
 import contextvars
 import inspect
+import logging
+import time
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
 from celery import Task
+from celery.exceptions import Ignore, Reject, Retry
 from celery.result import AsyncResult
 
 from .errors import ConfigurationError, MissingAccountError
 from .idempotency import JobKeySpec, bound_arguments, compute_job_key
+from .retry import RetryPolicy
+
+logger = logging.getLogger(__name__)
 
 ACCOUNT_HEADER = "fairqueue_account"
 JOB_KEY_HEADER = "job_key"
+FIRST_FAILURE_HEADER = "fairqueue_first_failure"
+MAX_ERROR_CHARS = 2000
+MAX_TRACEBACK_CHARS = 20000
 
 # Set by the publish path: the job that an apply_async in this context actually stored or reused.
 last_enqueued_task_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "fairqueue_last_enqueued_task_id", default=None)
 
-class FairTask(Task):
-    """Fair-queued by account, leased, deduplicated by business key.
 
-    Options (class attributes, or ``@app.task(base=FairTask, ...)`` keywords):
-    ``account_arg`` names the argument holding the account; ``job_key`` is a tuple of argument
-    names, or a callable taking the task's arguments, that identifies the job.
+class ReliableTask(Task):
+    """Idempotent by business key, retried by classification, dead-lettered when hopeless.
+
+    Options (class attributes, or ``@app.task(base=..., ...)`` keywords): ``job_key`` is a
+    tuple of argument names, or a callable taking the task's arguments, that identifies the job;
+    ``retry_policy`` a :class:`RetryPolicy`; ``account_arg`` the argument holding the account;
+    ``redact`` the argument names masked wherever a dead letter is shown.
     """
 
     account_arg: str | None = None
     job_key: JobKeySpec = None
-
-    # The lease, not the ack, protects a running job: ack when it is done, and give a job back
-    # when its pool process dies, so the killed job runs again.
-    acks_late = True
-    reject_on_worker_lost = True
-    Strategy = "celery_fairqueue.worker.strategy:fair_strategy"
+    retry_policy: RetryPolicy = RetryPolicy()
+    redact: Sequence[str] = ()
 
     @classmethod
     def on_bound(cls, app: Any) -> None:
@@ -48,31 +57,151 @@ class FairTask(Task):
         ):
             raise ConfigurationError(
                 f"task {cls.name}: job_key must be a tuple of argument names or a callable")
+        if not isinstance(cls.retry_policy, RetryPolicy):
+            raise ConfigurationError(f"task {cls.name}: retry_policy must be a RetryPolicy")
 
     @classmethod
     def job_key_spec(cls) -> JobKeySpec:
         # read from the class: a function stored as attribute would bind as a method
         return inspect.getattr_static(cls, "job_key")
 
-    def resolve_account(self, args: Sequence[Any], kwargs: dict[str, Any],
-                        explicit: Any = None) -> str:
-        """The account a job belongs to: an explicit ``account=`` wins over ``account_arg``."""
+    def account_of(self, args: Sequence[Any], kwargs: dict[str, Any],
+                   explicit: Any = None) -> str | None:
+        """The account of a job: an explicit ``account=`` wins over ``account_arg``."""
         account = explicit
         if account is None and self.account_arg:
             account = bound_arguments(self.run, args, kwargs).get(self.account_arg)
         if account is None or account == "":
-            where = f"argument {self.account_arg!r}" if self.account_arg else "account_arg"
-            raise MissingAccountError(
-                f"task {self.name} was enqueued with no account: pass account=... to "
-                f"apply_async or set {where}")
+            return None
         if isinstance(account, bool) or not isinstance(account, (str, int)):
             raise MissingAccountError(
                 f"task {self.name}: account must be a str or int, got {type(account).__name__}")
         return str(account)
 
-    def business_key(self, account: str, args: Sequence[Any],
+    def business_key(self, account: str | None, args: Sequence[Any],
                      kwargs: dict[str, Any]) -> str | None:
-        return compute_job_key(self.name, account, self.job_key_spec(), self.run, args, kwargs)
+        return compute_job_key(self.name, account or "", self.job_key_spec(), self.run, args,
+                               kwargs)
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
+                    producer: Any = None, link: Any = None, link_error: Any = None,
+                    shadow: str | None = None, **options: Any) -> AsyncResult:
+        """Celery's apply_async, with the business key in the message for the markers."""
+        if self.job_key_spec() is not None and not is_fair(self):
+            account = self.account_of(args or (), kwargs or {}, options.pop("account", None))
+            headers = dict(options.get("headers") or {})
+            headers[JOB_KEY_HEADER] = self.business_key(account, args or (), kwargs or {})
+            options["headers"] = headers
+        return super().apply_async(args, kwargs, task_id=task_id, producer=producer, link=link,
+                                   link_error=link_error, shadow=shadow, **options)
+
+    # -- running -------------------------------------------------------------------------------
+
+    def already_applied(self, job_key: str, *args: Any, **kwargs: Any) -> Any:
+        """Reconciliation hook: did a crashed earlier run already cause the side effect?
+
+        Called before running again when a job was started but never marked done. Return a
+        truthy value (the external id, e.g. the sent message's id) to mark it done without
+        running, or a falsy one to run it.
+        """
+        return None
+
+    def set_external_id(self, external_id: str) -> None:
+        """Record the external system's id of the side effect with the job's done marker."""
+        self.request.fairqueue_external_id = external_id
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        request = self.request
+        if request.called_directly:
+            return super().__call__(*args, **kwargs)
+        job_key = getattr(request, JOB_KEY_HEADER, None)
+        job_id = f"{request.id}:{request.retries or 0}"
+        store = self._store()
+        if job_key:
+            marker = store.marker(job_key)
+            if marker and marker["state"] == "done":
+                logger.info("fairqueue: %s[%s] is already done (job key %s...); not run again",
+                            self.name, request.id, job_key[:12])
+                return marker.get("external_id")
+            if marker and marker["state"] == "started":
+                external_id = self.already_applied(job_key, *args, **kwargs)
+                if external_id:
+                    logger.warning("fairqueue: %s[%s] had already applied its side effect "
+                                   "before a crash (external id %s); marked done, not run again",
+                                   self.name, request.id, external_id)
+                    store.mark_done(job_key, job_id, str(external_id))
+                    return external_id
+            store.mark_started(job_key, job_id)
+        try:
+            result = self.run(*args, **kwargs)
+        except (Retry, Ignore, Reject):
+            raise
+        except Exception as exc:
+            self._on_job_failure(exc, job_id, args, kwargs)
+            raise
+        if job_key:
+            store.mark_done(job_key, job_id, getattr(request, "fairqueue_external_id", None))
+        return result
+
+    def _store(self) -> Any:
+        from .publish import get_store  # the publish path imports this module
+
+        return get_store(self.app)
+
+    def _on_job_failure(self, exc: Exception, job_id: str, args: Sequence[Any],
+                        kwargs: dict[str, Any]) -> None:
+        """Retry a retryable failure after its delay, else keep the job as a dead letter."""
+        policy = self.retry_policy
+        request = self.request
+        attempts = (request.retries or 0) + 1
+        verdict = policy.classify(exc)
+        first_failure = getattr(request, FIRST_FAILURE_HEADER, None) or time.time()
+        if verdict.retryable and not policy.exhausted(attempts):
+            delay = policy.delay(attempts - 1, exc)
+            logger.info("fairqueue: %s[%s] attempt %d failed (%s); retrying in %.1fs",
+                        self.name, request.id, attempts, verdict.reason, delay)
+            headers = {**(request.headers or {}), FIRST_FAILURE_HEADER: first_failure}
+            raise self.retry(exc=exc, countdown=delay, max_retries=policy.max_attempts,
+                             headers=headers)
+        reason = verdict.reason if not verdict.retryable else (
+            f"gave up after {attempts} attempts: {verdict.reason}")
+        logger.error("fairqueue: %s[%s] dead-lettered after %d attempt(s): %s", self.name,
+                     request.id, attempts, reason)
+        self._store().bury(job_id, {
+            "task": self.name,
+            "account": getattr(request, ACCOUNT_HEADER, None) or self.account_of(args, kwargs),
+            "job_key": getattr(request, JOB_KEY_HEADER, None),
+            "queue": (request.delivery_info or {}).get("routing_key"),
+            "args": list(args), "kwargs": dict(kwargs), "attempts": attempts, "reason": reason,
+            "error": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS],
+            "traceback": "".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:],
+            "first_failure": first_failure,
+        })
+
+
+class FairTask(ReliableTask):
+    """Fair-queued by account, leased, deduplicated at enqueue by business key.
+
+    ``account_arg`` names the argument holding the account (or pass ``account=`` to
+    ``apply_async``); a job with no account is refused at enqueue.
+    """
+
+    # The lease, not the ack, protects a running job: ack when it is done, and give a job back
+    # when its pool process dies, so the killed job runs again.
+    acks_late = True
+    reject_on_worker_lost = True
+    Strategy = "celery_fairqueue.worker.strategy:fair_strategy"
+
+    def resolve_account(self, args: Sequence[Any], kwargs: dict[str, Any],
+                        explicit: Any = None) -> str:
+        """The account a job belongs to, or MissingAccountError naming the task."""
+        account = self.account_of(args, kwargs, explicit)
+        if account is None:
+            where = f"argument {self.account_arg!r}" if self.account_arg else "account_arg"
+            raise MissingAccountError(
+                f"task {self.name} was enqueued with no account: pass account=... to "
+                f"apply_async or set {where}")
+        return account
 
     def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
                     producer: Any = None, link: Any = None, link_error: Any = None,
@@ -99,6 +228,7 @@ class FairTask(Task):
             options.setdefault("account", account)
         return super().retry(args=args, kwargs=kwargs, exc=exc, throw=throw, eta=eta,
                              countdown=countdown, max_retries=max_retries, **options)
+
 
 def is_fair(task: Any) -> bool:
     return isinstance(task, FairTask)

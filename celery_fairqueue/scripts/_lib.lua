@@ -1,13 +1,13 @@
 -- Helpers shared by every script: store.py prepends this file to each script when it loads it.
 --
--- KEYS (every script): the 14 global keys of keys.Keys.global_keys(), then 7 keys per fair queue
+-- KEYS (every script): the 15 global keys of keys.Keys.global_keys(), then 7 keys per fair queue
 -- in the order of keys.QUEUE_KEY_NAMES: ring, state, ready, nready, paused, delayed, running.
 -- Account ids and queue names arrive percent-encoded (no spaces, no "|", no braces).
 -- All times are Redis server time, so workers with skewed clocks agree on leases and buckets.
 
 local K_JOBS, K_META, K_JOBKEYS, K_DONE, K_LEASES, K_OWNERS, K_LIMITS, K_BUCKETS, K_QUEUES,
-  K_SEQ, K_DELIVERIES, K_STATS, K_DEAD, K_DEADINDEX = unpack(KEYS, 1, 14)
-local NGLOBAL = 14
+  K_SEQ, K_DELIVERIES, K_STATS, K_DEAD, K_DEADINDEX, K_MARKERS = unpack(KEYS, 1, 15)
+local NGLOBAL = 15
 local NQKEYS = 7
 
 local function now_seconds()
@@ -77,24 +77,35 @@ local function forget_job(job_id)
   redis.call('HDEL', K_DELIVERIES, job_id)
 end
 
--- Keep the message with its reason; free the business key so a fixed job can be enqueued again.
+-- A dead job's business key is free again, so the fixed job can be replayed or enqueued anew.
+local function free_job_key(job_key, job_id)
+  if job_key and job_key ~= '-' and job_key ~= '' and
+      redis.call('HGET', K_JOBKEYS, job_key) == job_id then
+    redis.call('HDEL', K_JOBKEYS, job_key)
+  end
+end
+
+-- Store a dead letter (a JSON object) with the job's message, if the store still has it.
+local function store_dead(job_id, record, now)
+  record.job_id = job_id
+  record.at = now
+  record.envelope = redis.call('HGET', K_JOBS, job_id) or record.envelope or ''
+  record.meta = redis.call('HGET', K_META, job_id) or ''
+  record.deliveries = hget_number(K_DELIVERIES, job_id)
+  redis.call('HSET', K_DEAD, job_id, cjson.encode(record))
+  redis.call('ZADD', K_DEADINDEX, now, job_id)
+  redis.call('HINCRBY', K_STATS, 'dead', 1)
+end
+
+-- Keep the message with its reason, and forget the job.
 local function dead_letter(job_id, reason, now)
   local meta = redis.call('HGET', K_META, job_id)
-  local record = cjson.encode({
-    job_id = job_id, reason = reason, at = now, meta = meta or '',
-    envelope = redis.call('HGET', K_JOBS, job_id) or '',
-    deliveries = hget_number(K_DELIVERIES, job_id),
-  })
-  redis.call('HSET', K_DEAD, job_id, record)
-  redis.call('ZADD', K_DEADINDEX, now, job_id)
+  store_dead(job_id, {reason = reason}, now)
   if meta then
     local _, _, _, job_key = split_meta(meta)
-    if job_key ~= '-' and redis.call('HGET', K_JOBKEYS, job_key) == job_id then
-      redis.call('HDEL', K_JOBKEYS, job_key)
-    end
+    free_job_key(job_key, job_id)
   end
   forget_job(job_id)
-  redis.call('HINCRBY', K_STATS, 'dead', 1)
 end
 
 -- ---- end of _lib.lua ----

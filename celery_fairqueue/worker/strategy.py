@@ -63,4 +63,5 @@ def adopt(app: Any, task: FairTask, message: Any) -> None:
     except (FairqueueError, ValueError, TypeError) as exc:
         logger.error("fairqueue: %s[%s] from the broker cannot be fair-queued: %s; "
                      "dead-lettered", task.name, headers.get("id"), exc)
-        store.bury(job_id, envelope.to_json(), f"arrived through the broker and {exc}")
+        store.bury(job_id, {"task": task.name, "envelope": envelope.to_json(),
+                            "reason": f"arrived through the broker and {exc}"})

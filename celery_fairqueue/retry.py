@@ -1,0 +1,158 @@
+"""Retry classification and backoff: which failures are worth another attempt, and when.
+
+Retryable: timeouts, connection errors, HTTP 408, 429 and 5xx (the status is looked up on the
+exception or its ``.response``, as requests and httpx raise them). Permanent: other HTTP 4xx,
+:class:`PermanentError`, and the types given as ``permanent``. Anything else follows ``unknown``.
+The delay is full jitter, ``uniform(0, min(cap, base * 2**attempt))``; a ``Retry-After`` (seconds
+or an HTTP date, on the exception or the response headers) wins over it.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from .errors import ConfigurationError, FairqueueError
+
+# exception class names of HTTP and network clients that mean "try again" (requests, httpx,
+# urllib3, aiohttp, redis-py), matched by name so none of them has to be installed
+TRANSIENT_CLASS_NAMES = frozenset({
+    "Timeout", "TimeoutError", "TimeoutException", "ConnectTimeout", "ReadTimeout",
+    "WriteTimeout", "PoolTimeout", "ConnectionError", "ConnectError", "NetworkError",
+    "RemoteProtocolError", "ProtocolError", "ServerDisconnectedError", "ClientConnectionError",
+})
+
+
+class PermanentError(FairqueueError):
+    """Raise to dead-letter the job at once: retrying cannot help (lead deleted, bad input)."""
+
+
+class RetryableError(FairqueueError):
+    """Raise to retry; ``retry_after`` seconds (or an HTTP date string) overrides the backoff."""
+
+    def __init__(self, message: str = "", retry_after: float | str | None = None) -> None:
+        super().__init__(message or "retryable failure")
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Classification:
+    retryable: bool
+    reason: str
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status carried by ``exc`` or its ``.response``, if any."""
+    for holder in (exc, getattr(exc, "response", None)):
+        for attr in ("status_code", "status"):
+            value = getattr(holder, attr, None)
+            if isinstance(value, int) and 100 <= value < 600:
+                return value
+    return None
+
+
+def _headers(exc: BaseException) -> Any:
+    for holder in (exc, getattr(exc, "response", None)):
+        headers = getattr(holder, "headers", None)
+        if headers is not None and hasattr(headers, "get"):
+            return headers
+    return None
+
+
+def parse_retry_after(value: Any, now: float) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value: a number of seconds or an HTTP date."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return max(0.0, float(value))
+    text = str(value).strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, (TimeoutError, ConnectionError, socket.timeout)):
+        return True
+    return any(cls.__name__ in TRANSIENT_CLASS_NAMES for cls in type(exc).__mro__)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a failing job is retried: ``max_attempts`` runs in all, full-jitter backoff.
+
+    ``retryable`` and ``permanent`` are exception types that override the built-in rules;
+    ``unknown`` ("retry" or "permanent") decides for exceptions no rule covers. ``random`` and
+    ``clock`` can be injected for tests.
+    """
+
+    base: float = 5.0
+    cap: float = 900.0
+    max_attempts: int = 8
+    retryable: tuple[type[BaseException], ...] = ()
+    permanent: tuple[type[BaseException], ...] = ()
+    unknown: str = "retry"
+    random: Callable[[float, float], float] = field(default=random.uniform, compare=False)
+    clock: Callable[[], float] = field(default=time.time, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.base <= 0 or self.cap < self.base:
+            raise ConfigurationError(f"RetryPolicy needs 0 < base <= cap, got base={self.base} "
+                                     f"cap={self.cap}")
+        if self.max_attempts < 1:
+            raise ConfigurationError(f"RetryPolicy max_attempts={self.max_attempts} must be >= 1")
+        if self.unknown not in ("retry", "permanent"):
+            raise ConfigurationError(f"RetryPolicy unknown={self.unknown!r} must be 'retry' or "
+                                     "'permanent'")
+
+    def classify(self, exc: BaseException) -> Classification:
+        """Retryable or permanent, with the reason a person reads in the dead-letter queue."""
+        name = type(exc).__name__
+        if isinstance(exc, PermanentError):
+            return Classification(False, f"permanent: {exc}")
+        if isinstance(exc, RetryableError):
+            return Classification(True, f"retryable: {exc}")
+        if self.permanent and isinstance(exc, self.permanent):
+            return Classification(False, f"{name} is listed as permanent")
+        if self.retryable and isinstance(exc, self.retryable):
+            return Classification(True, f"{name} is listed as retryable")
+        status = http_status(exc)
+        if status is not None:
+            if status in (408, 429) or status >= 500:
+                return Classification(True, f"HTTP {status}")
+            if 400 <= status < 500:
+                return Classification(False, f"HTTP {status} (client error, permanent)")
+        if is_transient(exc):
+            return Classification(True, f"{name} (timeout or connection error)")
+        return Classification(self.unknown == "retry", f"{name} (unclassified: {self.unknown})")
+
+    def backoff(self, attempt: int) -> float:
+        """Full jitter: ``uniform(0, min(cap, base * 2**attempt))``; attempt 0 is the first retry."""
+        return self.random(0.0, min(self.cap, self.base * 2 ** min(attempt, 64)))
+
+    def delay(self, attempt: int, exc: BaseException | None = None) -> float:
+        """Seconds before the next attempt: ``Retry-After`` if the failure says so, else backoff."""
+        if exc is not None:
+            retry_after = getattr(exc, "retry_after", None)
+            if retry_after is None:
+                headers = _headers(exc)
+                retry_after = headers.get("Retry-After") if headers is not None else None
+            seconds = parse_retry_after(retry_after, self.clock())
+            if seconds is not None:
+                return seconds
+        return self.backoff(attempt)
+
+    def exhausted(self, attempts: int) -> bool:
+        """True once ``attempts`` runs have failed and no more are allowed."""
+        return attempts >= self.max_attempts
