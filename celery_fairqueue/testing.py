@@ -62,6 +62,13 @@ def tail(path: Path, lines: int = 60) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _read_from(path: Path, offset: int) -> str:
+    """The text a log file gained after ``offset`` bytes (what the current run wrote)."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
 def _proc_stat(pid: int) -> tuple[str, int, int] | None:
     """Return (state, ppid, pgrp) of a process from /proc, or None if it no longer exists."""
     try:
@@ -391,6 +398,7 @@ class WorkerProcess:
             **(env or {}),
         }
         self.process: subprocess.Popen[bytes] | None = None
+        self._log_offset = 0  # where the current run's output starts in log_path
 
     @property
     def pid(self) -> int:
@@ -406,6 +414,7 @@ class WorkerProcess:
     def start(self, timeout: float = 30.0) -> WorkerProcess:
         """Start the worker and wait for its ready line."""
         with open(self.log_path, "ab") as log:
+            self._log_offset = log.tell()
             self.process = subprocess.Popen(
                 self.argv,
                 cwd=self.cwd,
@@ -420,10 +429,10 @@ class WorkerProcess:
         return self
 
     def wait_for_log(self, text: str, timeout: float = 30.0) -> None:
-        """Wait until ``text`` appears in the worker's log; fail with the log tail if it won't."""
+        """Wait until the current run logs ``text``; fail with the log tail if it won't."""
 
         def logged() -> bool:
-            if text in self.log_path.read_text(errors="replace"):
+            if text in _read_from(self.log_path, self._log_offset):
                 return True
             if not self.is_alive():
                 raise RuntimeError(
@@ -609,12 +618,13 @@ class PostgresServer:
         argv += ["-h", "127.0.0.1", "-k", str(self.directory)]
         argv += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
         with open(self.log_path, "ab") as log:
+            offset = log.tell()
             self.process = self._run(argv, stdout=log, stderr=subprocess.STDOUT)
 
         def ready() -> bool:
             if self.process is None or self.process.poll() is not None:
                 raise RuntimeError(f"postgres exited at start:\n{tail(self.log_path)}")
-            return "ready to accept connections" in tail(self.log_path)
+            return "ready to accept connections" in _read_from(self.log_path, offset)
 
         if not wait_until(ready, timeout):
             self.stop()

@@ -99,6 +99,20 @@ def test_kill_sigkills_the_whole_process_group(harness, celery_worker_factory):
     assert process_group(worker.pid) == []
 
 
+def test_a_killed_worker_starts_again_and_waits_for_its_new_ready_line(
+    harness, celery_worker_factory
+):
+    worker = celery_worker_factory()
+    first = worker.pid
+    worker.kill()
+
+    worker.start()
+
+    assert worker.pid != first and worker.is_alive()
+    assert worker.log_path.read_text().count(f"{worker.hostname} ready.") == 2
+    assert harness.add.delay(1, 1).get(timeout=10) == 2
+
+
 def test_worker_process_uses_the_redis_it_is_given(redis_server_factory, tmp_path, request):
     other = redis_server_factory()
     worker = WorkerProcess(
