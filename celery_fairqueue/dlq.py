@@ -20,9 +20,8 @@ from .envelope import Envelope, MalformedEnvelopeError
 from .errors import FairqueueError
 from .keys import decode_id
 from .publish import get_store
+from .redaction import redact_arguments
 from .task import is_fair
-
-REDACTED = "***"
 
 
 class DeadLetterNotFound(FairqueueError, KeyError):
@@ -90,20 +89,7 @@ class DeadLetter:
 
     def redacted(self, fields: Iterable[str]) -> dict[str, Any]:
         """What support may see: the named keyword arguments (and dict keys) masked."""
-        hidden = set(fields)
-        return {
-            "args": [_mask(a, hidden) for a in self.args],
-            "kwargs": {k: REDACTED if k in hidden else _mask(v, hidden)
-                       for k, v in self.kwargs.items()},
-        }
-
-
-def _mask(value: Any, hidden: set[str]) -> Any:
-    if isinstance(value, dict):
-        return {k: REDACTED if k in hidden else _mask(v, hidden) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mask(v, hidden) for v in value]
-    return value
+        return redact_arguments(self.args, self.kwargs, fields)
 
 
 class DeadLetters:

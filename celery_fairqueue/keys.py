@@ -142,6 +142,11 @@ class Keys:
         return self._key("markers")
 
     @cached_property
+    def events(self) -> str:
+        """Stream of state transitions, read by the recorder; written only once it exists."""
+        return self._key("events")
+
+    @cached_property
     def stats(self) -> str:
         """Hash of counters: enqueued, claimed, deferred, requeued, reaped, dead."""
         return self._key("stats")

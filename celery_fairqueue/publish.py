@@ -7,6 +7,7 @@ of fair tasks go to the fair store and all others to the broker, untouched.
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime
 from typing import Any
@@ -19,6 +20,8 @@ from kombu.serialization import dumps
 
 from .envelope import JSON_CONTENT_TYPE, Envelope
 from .errors import PayloadTooLargeError, SerializationError
+from .idempotency import bound_arguments
+from .redaction import redact_arguments
 from .store import EnqueueResult, FairStore, delivery_id
 from .settings import settings_for
 from .task import ACCOUNT_HEADER, JOB_KEY_HEADER, FairTask, is_fair, last_enqueued_task_id
@@ -110,7 +113,10 @@ def publish_fair(app: Celery, task: FairTask, producer: Any, message: Any,
     result = get_store(app).enqueue(
         queue=qname, account=account, job_id=delivery_id(headers["id"], retries),
         envelope=envelope, due=eta_timestamp(app, headers.get("eta")), job_key=job_key,
-        dedupe=retries == 0)
+        dedupe=retries == 0, task=task.name,
+        shown_args=json.dumps(
+            redact_arguments((), bound_arguments(task.run, args, kwargs), task.redact)["kwargs"],
+            default=str))
     if result.created:
         signals.after_task_publish.send(
             sender=task.name, body=body, exchange="", routing_key=qname, headers=headers,

@@ -27,8 +27,9 @@ from .settings import FairqueueSettings
 logger = logging.getLogger(__name__)
 
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "extend", "reap", "trim_done",
-                "wake", "bury")
+                "wake", "bury", "emit")
 NO_JOB_KEY = "-"
+EVENTS_CHECK_SECONDS = 5.0
 
 
 def load_script_source(name: str) -> str:
@@ -94,6 +95,8 @@ class FairStore:
         self._scripts = {name: client.register_script(load_script_source(name))
                          for name in SCRIPT_NAMES}
         self._global = keys.global_keys()
+        self._recording = False
+        self._recording_checked = float("-inf")
 
     @classmethod
     def from_settings(cls, settings: FairqueueSettings) -> FairStore:
@@ -104,6 +107,7 @@ class FairStore:
         keys = list(self._global)
         for queue_keys in queues:
             keys.extend(queue_keys.as_list())
+        keys.append(self.keys.events)
         try:
             return self._scripts[name](keys=keys, args=list(args))
         except (redis.ConnectionError, redis.TimeoutError) as exc:
@@ -115,11 +119,12 @@ class FairStore:
 
     def enqueue(self, *, queue: str, account: str, job_id: str, envelope: str,
                 due: float | None = None, job_key: str | None = None,
-                dedupe: bool = True) -> EnqueueResult:
+                dedupe: bool = True, task: str = "", shown_args: str = "") -> EnqueueResult:
         """Store a job; an existing delivery or pending/running/recently done key is reused."""
         status, stored_id = self._run("enqueue", [self.keys.queue(queue)], [
             job_id, encode_id(account), encode_id(queue), envelope, due or 0,
-            job_key or NO_JOB_KEY, "1" if dedupe else "0", self.settings.job_retention,
+            job_key or NO_JOB_KEY, "1" if dedupe else "0", self.settings.job_retention, task,
+            shown_args,
         ])
         return EnqueueResult(job_id=stored_id, created=status != 0, delayed=status == 2)
 
@@ -166,6 +171,23 @@ class FairStore:
         """Keep a failed job as a dead letter; ``record`` says what it was and why it died."""
         fields = {k: v for k, v in record.items() if v is not None}
         self._run("bury", [], [job_id, json.dumps(fields, default=str)])
+
+    def recording(self) -> bool:
+        """Whether a recorder listens (the event stream exists); asked at most every 5 s."""
+        now = time.monotonic()
+        if now - self._recording_checked > EVENTS_CHECK_SECONDS:
+            self._recording = bool(self.client.exists(self.keys.events))
+            self._recording_checked = now
+        return self._recording
+
+    def emit(self, **fields: Any) -> bool:
+        """Record a transition for the recorder; a no-op until a recorder created the stream."""
+        if not self.recording():
+            return False
+        args: list[Any] = []
+        for name, value in fields.items():
+            args += [name, "" if value is None else value]
+        return bool(self._run("emit", [], args))
 
     # -- idempotency markers -------------------------------------------------------------------
 

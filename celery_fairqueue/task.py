@@ -8,6 +8,7 @@ import inspect
 import logging
 import time
 import traceback
+from datetime import datetime
 from collections.abc import Sequence
 from typing import Any
 
@@ -134,13 +135,19 @@ class ReliableTask(Task):
             store.mark_started(job_key, job_id)
         try:
             result = self.run(*args, **kwargs)
-        except (Retry, Ignore, Reject):
+        except Retry as retry:
+            store.emit(e="retrying", job=job_id, reason="the task asked to retry",
+                       err=_describe(retry.exc) if retry.exc else None, due=_due(retry.when))
+            raise
+        except (Ignore, Reject):
             raise
         except Exception as exc:
             self._on_job_failure(exc, job_id, args, kwargs)
             raise
+        external_id = getattr(request, "fairqueue_external_id", None)
         if job_key:
-            store.mark_done(job_key, job_id, getattr(request, "fairqueue_external_id", None))
+            store.mark_done(job_key, job_id, external_id)
+        store.emit(e="succeeded", job=job_id, ext=external_id)
         return result
 
     def _store(self) -> Any:
@@ -161,19 +168,22 @@ class ReliableTask(Task):
             logger.info("fairqueue: %s[%s] attempt %d failed (%s); retrying in %.1fs",
                         self.name, request.id, attempts, verdict.reason, delay)
             headers = {**(request.headers or {}), FIRST_FAILURE_HEADER: first_failure}
+            self._store().emit(e="retrying", job=job_id, err=_describe(exc),
+                               reason=verdict.reason, due=time.time() + delay)
             raise self.retry(exc=exc, countdown=delay, max_retries=policy.max_attempts,
                              headers=headers)
         reason = verdict.reason if not verdict.retryable else (
             f"gave up after {attempts} attempts: {verdict.reason}")
         logger.error("fairqueue: %s[%s] dead-lettered after %d attempt(s): %s", self.name,
                      request.id, attempts, reason)
+        self._store().emit(e="failed", job=job_id, err=_describe(exc), reason=reason)
         self._store().bury(job_id, {
             "task": self.name,
             "account": getattr(request, ACCOUNT_HEADER, None) or self.account_of(args, kwargs),
             "job_key": getattr(request, JOB_KEY_HEADER, None),
             "queue": (request.delivery_info or {}).get("routing_key"),
             "args": list(args), "kwargs": dict(kwargs), "attempts": attempts, "reason": reason,
-            "error": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS],
+            "error": _describe(exc),
             "traceback": "".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:],
             "first_failure": first_failure,
         })
@@ -228,6 +238,19 @@ class FairTask(ReliableTask):
             options.setdefault("account", account)
         return super().retry(args=args, kwargs=kwargs, exc=exc, throw=throw, eta=eta,
                              countdown=countdown, max_retries=max_retries, **options)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+
+
+def _due(when: Any) -> float | None:
+    """The epoch time a Celery ``Retry`` will run again (``when`` is seconds or a datetime)."""
+    if isinstance(when, (int, float)):
+        return time.time() + when
+    if isinstance(when, datetime):
+        return when.timestamp()
+    return None
 
 
 def is_fair(task: Any) -> bool:

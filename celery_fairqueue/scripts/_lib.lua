@@ -1,7 +1,8 @@
 -- Helpers shared by every script: store.py prepends this file to each script when it loads it.
 --
 -- KEYS (every script): the 15 global keys of keys.Keys.global_keys(), then 7 keys per fair queue
--- in the order of keys.QUEUE_KEY_NAMES: ring, state, ready, nready, paused, delayed, running.
+-- in the order of keys.QUEUE_KEY_NAMES: ring, state, ready, nready, paused, delayed, running,
+-- then the event stream.
 -- Account ids and queue names arrive percent-encoded (no spaces, no "|", no braces).
 -- All times are Redis server time, so workers with skewed clocks agree on leases and buckets.
 
@@ -9,6 +10,10 @@ local K_JOBS, K_META, K_JOBKEYS, K_DONE, K_LEASES, K_OWNERS, K_LIMITS, K_BUCKETS
   K_SEQ, K_DELIVERIES, K_STATS, K_DEAD, K_DEADINDEX, K_MARKERS = unpack(KEYS, 1, 15)
 local NGLOBAL = 15
 local NQKEYS = 7
+-- the event stream is not one of KEYS[1..15]: it is the first key after the queues' keys, so
+-- every script gets it last (see store.FairStore._run)
+local K_EVENTS = KEYS[#KEYS]
+local EVENTS_MAXLEN = 1000000
 
 local function now_seconds()
   local t = redis.call('TIME')
@@ -16,13 +21,22 @@ local function now_seconds()
 end
 
 local function queue_count()
-  return (#KEYS - NGLOBAL) / NQKEYS
+  return (#KEYS - NGLOBAL - 1) / NQKEYS
+end
+
+-- Record a state transition for the recorder (events.py), only once a recorder has created the
+-- stream: with no recorder nothing piles up. Fields alternate name, value.
+local function emit(...)
+  if redis.call('EXISTS', K_EVENTS) == 1 then
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', ...)
+  end
 end
 
 local function queue_keys(i)
   local b = NGLOBAL + (i - 1) * NQKEYS
   return {ring = KEYS[b + 1], state = KEYS[b + 2], ready = KEYS[b + 3], nready = KEYS[b + 4],
-          paused = KEYS[b + 5], delayed = KEYS[b + 6], running = KEYS[b + 7]}
+          paused = KEYS[b + 5], delayed = KEYS[b + 6], running = KEYS[b + 7],
+          name = string.match(KEYS[b + 1], ':q:([^:]+):ring$')}
 end
 
 -- meta is "queue account seq job_key" (job_key "-" when the job has none)
@@ -87,6 +101,7 @@ end
 
 -- Store a dead letter (a JSON object) with the job's message, if the store still has it.
 local function store_dead(job_id, record, now)
+  emit('e', 'dead', 'job', job_id, 'at', now, 'reason', record.reason or '')
   record.job_id = job_id
   record.at = now
   record.envelope = redis.call('HGET', K_JOBS, job_id) or record.envelope or ''

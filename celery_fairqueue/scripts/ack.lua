@@ -18,4 +18,5 @@ if meta then
 end
 forget_job(job_id)
 redis.call('HINCRBY', K_STATS, 'acked', 1)
+emit('e', 'acked', 'job', job_id, 'at', now_seconds())
 return 1

@@ -24,6 +24,7 @@ local function promote(qk)
   for _, account in ipairs(redis.call('ZRANGEBYSCORE', qk.paused, '-inf', now, 'LIMIT', 0, batch)) do
     redis.call('ZREM', qk.paused, account)
     rotate_in_or_forget(qk, account, true)
+    emit('e', 'account_ready', 'q', qk.name, 'a', account, 'at', now)
   end
 end
 
@@ -68,6 +69,7 @@ local function pause(qk, account, wake, waiting)
   redis.call('HSET', qk.state, account, 'p')
   redis.call('ZADD', qk.paused, wake, account)
   redis.call('HINCRBY', K_STATS, 'deferred', waiting)
+  emit('e', 'account_deferred', 'q', qk.name, 'a', account, 'at', now, 'due', wake)
 end
 
 -- Try the account at the head of the rotation: returns job_id, envelope, deliveries or nil.
@@ -120,6 +122,7 @@ local function claim_from(qk, account)
   redis.call('HINCRBY', qk.running, account, 1)
   redis.call('ZADD', K_LEASES, now + lease, job_id)
   redis.call('HSET', K_OWNERS, job_id, token)
+  emit('e', 'running', 'job', job_id, 'at', now, 'worker', token)
   return job_id, envelope, deliveries
 end
 

@@ -2,7 +2,8 @@
 -- KEYS: global keys, then the 7 keys of the job's queue.
 -- ARGV: [1] job_id (task id ":" retries), [2] account, [3] queue (both encoded),
 --       [4] envelope (JSON message), [5] due time (epoch seconds, 0 = now), [6] business job key
---       or "-", [7] "1" to dedupe on the business key, [8] done-key retention in seconds.
+--       or "-", [7] "1" to dedupe on the business key, [8] done-key retention in seconds,
+--       [9] task name and [10] redacted arguments (JSON), for the event only.
 -- Returns {status, job_id}: status 1 ready, 2 delayed, 0 already stored (job_id is the existing one).
 local job_id, account, queue, envelope = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local due, job_key, dedupe, retention = tonumber(ARGV[5]), ARGV[6], ARGV[7], tonumber(ARGV[8])
@@ -33,6 +34,8 @@ redis.call('HSET', K_JOBS, job_id, envelope)
 redis.call('HSET', K_META, job_id, queue .. ' ' .. account .. ' ' .. seq .. ' ' .. job_key)
 redis.call('SADD', K_QUEUES, queue)
 redis.call('HINCRBY', K_STATS, 'enqueued', 1)
+emit('e', 'enqueued', 'job', job_id, 'q', queue, 'a', account, 'k', job_key, 't', ARGV[9],
+     'args', ARGV[10], 'at', now, 'due', math.max(due, now))
 if due > now then
   redis.call('ZADD', qk.delayed, due, job_id)
   return {2, job_id}

@@ -21,6 +21,7 @@ for _, job_id in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMI
       drop_lease(job_id)
       release_running(qk, account)
       make_ready(qk, account, seq, job_id)
+      emit('e', 'requeued', 'job', job_id, 'at', now, 'reason', 'lease expired')
       reaped = reaped + 1
     end
   end

@@ -16,4 +16,5 @@ end
 local _, _, seq = split_meta(meta)
 make_ready(qk, account, seq, job_id)
 redis.call('HINCRBY', K_STATS, 'requeued', 1)
+emit('e', 'requeued', 'job', job_id, 'at', now_seconds())
 return 1

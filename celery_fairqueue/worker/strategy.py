@@ -57,7 +57,7 @@ def adopt(app: Any, task: FairTask, message: Any) -> None:
         headers[JOB_KEY_HEADER] = job_key
         queue = message.delivery_info.get("routing_key") or app.conf.task_default_queue
         store.enqueue(queue=queue, account=account, job_id=job_id, envelope=envelope.to_json(),
-                      job_key=job_key, dedupe=not headers.get("retries"))
+                      job_key=job_key, dedupe=not headers.get("retries"), task=task.name)
         logger.info("fairqueue: moved %s[%s] from the broker into the fair store", task.name,
                     headers.get("id"))
     except (FairqueueError, ValueError, TypeError) as exc:

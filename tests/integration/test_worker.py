@@ -201,3 +201,31 @@ def test_revoked_job_does_not_run_and_settles(fair, celery_worker_factory, ledge
     assert store.client.zcard(store.keys.leases) == 0
     assert store.counts("celery") == {"ready": 0, "delayed": 0, "running": 0,
                                       "paused_accounts": 0}
+
+
+def test_every_transition_reaches_the_event_stream_once_a_recorder_listens(
+        fair, celery_worker_factory, store):
+    from celery_fairqueue.events import EventReader
+
+    reader = EventReader(store, "test")
+    assert fair.job.delay("acme", 0).id  # no recorder yet: no stream, nothing piles up
+    assert not store.client.exists(store.keys.events)
+    reader.ensure_group()
+    celery_worker_factory(APP)
+    flaky_result = fair.flaky.delay("acme", 1, 1)
+    flaky_result.get(timeout=20)
+    set_account_limit(fair.app, "slow", rate="1/h", burst=1)
+    fair.job.delay("slow", 1)
+    fair.job.delay("slow", 2)
+    assert wait_until(lambda: any(f.get("e") == "account_deferred" for _, f in
+                                  store.client.xrange(store.keys.events)), timeout=10)
+    events = reader.read(count=100)
+    flaky = [e for e in events if e.task_id == flaky_result.id]
+    assert [e.type for e in flaky if e.attempt == 1] == ["enqueued", "running", "retrying",
+                                                          "acked"]
+    assert [e.type for e in flaky if e.attempt == 2] == ["enqueued", "running", "succeeded",
+                                                          "acked"]
+    deferred = [e for e in events if e.type == "account_deferred"]
+    assert deferred and deferred[0].account == "slow" and deferred[0].due > time.time() + 3000
+    reader.ack(events)
+    assert reader.read(count=100, block_ms=10) == []

@@ -1,0 +1,10 @@
+-- emit: record a transition seen by the task itself (succeeded, failed, retrying) in the event
+-- stream, if a recorder has created it.
+-- KEYS: global keys, then the event stream.
+-- ARGV: field, value, field, value, ... ("at" is added, in server time).
+-- Returns 1 when recorded, 0 when no recorder listens.
+if redis.call('EXISTS', K_EVENTS) == 0 then
+  return 0
+end
+emit('at', now_seconds(), unpack(ARGV))
+return 1
