@@ -1,0 +1,148 @@
+"""Job state, attempt history and account limits, written by the recorder and the admin."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import models, transaction
+
+from ...errors import InvalidLimitError
+from ...limits import AccountLimit as Limit
+
+
+class Job(models.Model):
+    """One business job: all its deliveries (retries, redeliveries) share this row."""
+
+    class Status(models.TextChoices):
+        READY = "ready"
+        DEFERRED = "deferred"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        DEAD = "dead"
+
+    job_key = models.CharField(
+        max_length=200, unique=True,
+        help_text="The business key (sha256 of task, account and identity), or task:<id>.")
+    task_id = models.CharField(max_length=255, db_index=True)
+    delivery_id = models.CharField(max_length=300, help_text="The current delivery, id:retries.")
+    task = models.CharField(max_length=255)
+    queue = models.CharField(max_length=255)
+    account = models.CharField(max_length=1024)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.READY)
+    attempts = models.PositiveIntegerField(default=0)
+    args = models.JSONField(default=dict, blank=True, help_text="Arguments, redacted.")
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    external_id = models.CharField(max_length=255, blank=True)
+    worker = models.CharField(max_length=255, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-enqueued_at"]
+        indexes = [
+            models.Index(fields=["account", "status"], name="fq_job_account_status"),
+            models.Index(fields=["queue", "status", "enqueued_at"], name="fq_job_queue_status"),
+            models.Index(fields=["status", "next_run_at"], name="fq_job_status_next_run"),
+        ]
+        permissions = [
+            ("replay_job", "Can replay dead jobs"),
+            ("purge_job", "Can purge dead jobs"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task} [{self.account}] {self.status}"
+
+
+class DeadJob(Job):
+    """The dead-letter queue in the admin: jobs whose status is dead."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dead letter"
+        verbose_name_plural = "dead letters"
+
+
+class Attempt(models.Model):
+    """One delivery of a job to a worker, and how it ended."""
+
+    class Outcome(models.TextChoices):
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        RETRYING = "retrying"
+        FAILED = "failed"
+        REQUEUED = "requeued"
+        DEAD = "dead"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_history")
+    number = models.PositiveIntegerField()
+    delivery_id = models.CharField(max_length=300)
+    worker = models.CharField(max_length=255, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.RUNNING)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["job", "id"]
+        indexes = [models.Index(fields=["delivery_id"], name="fq_attempt_delivery")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of {self.job_id}: {self.outcome}"
+
+
+class AccountLimit(models.Model):
+    """An account's limit; saving pushes it to Redis, so running workers obey it at once."""
+
+    account = models.CharField(max_length=1024, unique=True)
+    rate = models.CharField(max_length=32, blank=True, help_text='Celery format: "10/s".')
+    burst = models.FloatField(null=True, blank=True)
+    concurrency = models.PositiveIntegerField(null=True, blank=True)
+    window = models.CharField(max_length=11, blank=True, help_text='"09:00-17:00"')
+    tz = models.CharField(max_length=64, blank=True, help_text='IANA zone: "Europe/Berlin"')
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["account"]
+
+    def __str__(self) -> str:
+        return self.account
+
+    def as_limit(self) -> Limit:
+        return Limit(rate=self.rate or None, burst=self.burst, concurrency=self.concurrency,
+                     window=self.window or None, tz=self.tz or None)
+
+    def clean(self) -> None:
+        try:
+            self.as_limit()
+        except InvalidLimitError as exc:
+            raise ValidationError(str(exc)) from None
+
+    def save(self, *args, **kwargs) -> None:
+        self.full_clean()
+        super().save(*args, **kwargs)
+        transaction.on_commit(self.push)
+
+    def delete(self, *args, **kwargs):
+        account = self.account
+        result = super().delete(*args, **kwargs)
+        transaction.on_commit(lambda: _celery_app_clear(account))
+        return result
+
+    def push(self) -> None:
+        """Write this limit to the fair store."""
+        from ... import set_account_limit
+        from .conf import celery_app
+
+        limit = self.as_limit()
+        set_account_limit(celery_app(), self.account, rate=limit.rate, burst=limit.burst,
+                          concurrency=limit.concurrency, window=limit.window, tz=limit.tz)
+
+
+def _celery_app_clear(account: str) -> None:
+    from ... import clear_account_limit
+    from .conf import celery_app
+
+    clear_account_limit(celery_app(), account)
