@@ -27,7 +27,8 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 @contextlib.contextmanager
-def workers(server: RedisServer, count: int = 1, **options: object) -> Iterator[list[WorkerProcess]]:
+def workers(server: RedisServer, count: int = 1,
+            **options: object) -> Iterator[list[WorkerProcess]]:
     """``count`` real ``celery -A bench.app worker`` processes with the same flags."""
     started: list[WorkerProcess] = []
     folder = Path(tempfile.mkdtemp(prefix="fq-bench-workers-"))

@@ -15,9 +15,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from celery_fairqueue import set_account_limit
-
 from bench._common import percentile, ratio, redis_server, runs, workers
+from celery_fairqueue import set_account_limit
 
 SLOTS = 4
 JOB_SECONDS = 0.02

@@ -1,5 +1,6 @@
 """Fair, rate-limited, idempotent multi-tenant jobs for Celery."""
 
+from .dlq import DeadLetter, DeadLetters
 from .errors import (
     ConfigurationError,
     EnqueueError,
@@ -11,7 +12,6 @@ from .errors import (
     StoreUnavailableError,
 )
 from .install import clear_account_limit, get_account_limit, install, set_account_limit
-from .dlq import DeadLetter, DeadLetters
 from .limits import AccountLimit
 from .retry import PermanentError, RetryableError, RetryPolicy
 from .task import FairTask, ReliableTask

@@ -47,7 +47,7 @@ class DeadLetter:
     envelope: str = ""
 
     @classmethod
-    def from_json(cls, raw: str) -> DeadLetter:
+    def from_json(cls, raw: str | bytes) -> DeadLetter:
         """Read any of the store's dead-letter shapes; fill gaps from the kept message."""
         data = json.loads(raw)
         letter = cls(job_id=data["job_id"], reason=data.get("reason", "unknown"),
@@ -107,7 +107,7 @@ class DeadLetters:
              reason: str | None = None, since: float | None = None, until: float | None = None,
              limit: int = 100) -> list[DeadLetter]:
         """Newest first; ``reason`` matches a part of the reason, case-insensitively."""
-        ids = self.store.client.zrevrangebyscore(
+        ids: list[str] = self.store.client.zrevrangebyscore(  # type: ignore[assignment]
             self.keys.dead_index, "+inf" if until is None else until,
             "-inf" if since is None else since)
         found: list[DeadLetter] = []
@@ -167,12 +167,12 @@ class DeadLetters:
               older_than: float | None = None) -> int:
         """Delete the given dead letters, or those that died before ``older_than``."""
         client = self.store.client
-        if job_ids is None:
-            job_ids = client.zrangebyscore(self.keys.dead_index, "-inf",
-                                           "+inf" if older_than is None else older_than)
+        ids: Sequence[str] = job_ids if job_ids is not None else client.zrangebyscore(
+            self.keys.dead_index, "-inf",
+            "+inf" if older_than is None else older_than)  # type: ignore[assignment]
         purged = 0
-        for start in range(0, len(job_ids), 500):
-            chunk = list(job_ids[start:start + 500])
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start:start + 500])
             keys = [DeadLetter.from_json(raw).job_key
                     for raw in client.hmget(self.keys.dead, chunk) if raw]
             pipe = client.pipeline()

@@ -59,7 +59,8 @@ class Keys:
 
     def __init__(self, prefix: str = "fairqueue") -> None:
         if not prefix or any(c in prefix for c in "{}\n\r "):
-            raise ValueError(f"fairqueue_key_prefix {prefix!r} must be non-empty, no braces or spaces")
+            raise ValueError(
+                f"fairqueue_key_prefix {prefix!r} must be non-empty, no braces or spaces")
         self.prefix = prefix
         self.tag = "{" + prefix + "}"
 

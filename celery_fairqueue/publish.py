@@ -22,8 +22,8 @@ from .envelope import JSON_CONTENT_TYPE, Envelope
 from .errors import PayloadTooLargeError, SerializationError
 from .idempotency import bound_arguments
 from .redaction import redact_arguments
-from .store import EnqueueResult, FairStore, delivery_id
 from .settings import settings_for
+from .store import EnqueueResult, FairStore, delivery_id
 from .task import ACCOUNT_HEADER, JOB_KEY_HEADER, FairTask, is_fair, last_enqueued_task_id
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ def get_store(app: Celery) -> FairStore:
     store = getattr(app, "_fairqueue_store", None)
     if store is None:
         store = FairStore.from_settings(settings_for(app))
-        app._fairqueue_store = store  # type: ignore[attr-defined]
+        app._fairqueue_store = store
     return store
 
 

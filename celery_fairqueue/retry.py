@@ -138,7 +138,7 @@ class RetryPolicy:
         return Classification(self.unknown == "retry", f"{name} (unclassified: {self.unknown})")
 
     def backoff(self, attempt: int) -> float:
-        """Full jitter: ``uniform(0, min(cap, base * 2**attempt))``; attempt 0 is the first retry."""
+        """Full jitter, ``uniform(0, min(cap, base * 2**attempt))``; attempt 0: first retry."""
         return self.random(0.0, min(self.cap, self.base * 2 ** min(attempt, 64)))
 
     def delay(self, attempt: int, exc: BaseException | None = None) -> float:

@@ -85,7 +85,7 @@ class FairqueueSettings:
                 f"of fairqueue_lease_seconds ({self.lease_seconds}), or leases expire between beats"
             )
         try:
-            self.default_limit
+            self.default_limit.validate()
         except InvalidLimitError as exc:
             raise ConfigurationError(f"fairqueue_default_*: {exc}") from None
 
@@ -118,5 +118,5 @@ def settings_for(app: Celery) -> FairqueueSettings:
     cached = getattr(app, "_fairqueue_settings", None)
     if cached is None:
         cached = FairqueueSettings.from_app(app)
-        app._fairqueue_settings = cached  # type: ignore[attr-defined]
+        app._fairqueue_settings = cached
     return cached

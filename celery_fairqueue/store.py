@@ -293,4 +293,4 @@ class FairStore:
                 "paused_accounts": paused}
 
     def stats(self) -> dict[str, int]:
-        return {k: int(v) for k, v in self.client.hgetall(self.keys.stats).items()}
+        return {str(k): int(v) for k, v in self.client.hgetall(self.keys.stats).items()}

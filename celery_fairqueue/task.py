@@ -8,8 +8,8 @@ import inspect
 import logging
 import time
 import traceback
-from datetime import datetime
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from celery import Task

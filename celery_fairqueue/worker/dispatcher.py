@@ -8,6 +8,7 @@ maintenance thread extends the leases of running jobs (heartbeat) and returns ex
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -20,7 +21,7 @@ from celery.worker import state as worker_state
 from kombu.message import Message
 from kombu.serialization import loads
 
-from ..envelope import JSON_CONTENT_TYPE, Envelope, MalformedEnvelopeError
+from ..envelope import JSON_CONTENT_TYPE, Envelope
 from ..errors import FairqueueError
 from ..keys import decode_id
 from ..publish import get_store
@@ -119,10 +120,8 @@ class FairDispatcher:
 
     def wake(self) -> None:
         """Ask for a claim from any thread; the event loop runs it once for many wakes."""
-        try:
+        with contextlib.suppress(BlockingIOError):  # a full pipe: a claim is already due
             os.write(self._wake_w, b"x")
-        except BlockingIOError:
-            pass  # the pipe is full: a claim is already due
 
     def _on_wake(self, *args: Any) -> None:
         try:
@@ -182,7 +181,7 @@ class FairDispatcher:
         try:
             envelope = Envelope.from_json(job.envelope)
             loads(envelope.body, envelope.content_type, envelope.content_encoding, accept=ACCEPT)
-        except Exception as exc:  # noqa: BLE001 - any undecodable job is dead-lettered, not lost
+        except Exception as exc:
             logger.error("fairqueue: job %s of account %r is malformed and was dead-lettered: %s",
                          job.job_id, held.account, exc)
             self.settle(job.job_id, "reject", reason=f"malformed message: {exc}")
@@ -206,7 +205,7 @@ class FairDispatcher:
         )
         try:
             self.handler(message)
-        except Exception:  # noqa: BLE001 - Celery could not take it; give it back, don't drop it
+        except Exception:
             logger.exception("fairqueue: handing job %s to Celery failed; returned to ready",
                              job.job_id)
             if job.job_id in self.held:
@@ -264,5 +263,5 @@ class FairDispatcher:
                     self.store.refresh_windows()
             except FairqueueError as exc:
                 logger.warning("fairqueue: maintenance failed, will retry: %s", exc)
-            except Exception:  # noqa: BLE001 - the thread must outlive any one failure
+            except Exception:
                 logger.exception("fairqueue: maintenance error")

@@ -15,21 +15,12 @@ from celery import Celery
 import celery_fairqueue
 from celery_fairqueue import FairTask
 from celery_fairqueue.testing import REDIS_URL_ENV, record_side_effect
+from tests.apps._config import fair_test_conf
 
 REDIS_URL = os.environ[REDIS_URL_ENV]
 
 app = Celery("fair", broker=REDIS_URL, backend=REDIS_URL)
-app.conf.update(
-    task_serializer="json",
-    result_serializer="json",
-    accept_content=["json"],
-    broker_connection_retry_on_startup=True,
-    fairqueue_lease_seconds=float(os.environ.get("FQ_LEASE_SECONDS", "6")),
-    fairqueue_heartbeat_interval=float(os.environ.get("FQ_HEARTBEAT_SECONDS", "1")),
-    fairqueue_reap_interval=float(os.environ.get("FQ_REAP_SECONDS", "0.5")),
-    fairqueue_poll_interval=0.05,
-    fairqueue_max_deliveries=int(os.environ.get("FQ_MAX_DELIVERIES", "10")),
-)
+app.conf.update(fair_test_conf())
 celery_fairqueue.install(app)
 
 _ledger = redis.Redis.from_url(REDIS_URL, decode_responses=True)

@@ -1,5 +1,6 @@
 """Fixtures of the integration tests: a fair store on the session's real redis-server."""
 
+import importlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -8,6 +9,7 @@ import redis
 
 from celery_fairqueue.envelope import Envelope
 from celery_fairqueue.keys import Keys
+from celery_fairqueue.publish import get_store
 from celery_fairqueue.settings import FairqueueSettings
 from celery_fairqueue.store import FairStore, delivery_id, make_client
 
@@ -31,7 +33,20 @@ def make_store(redis_client: redis.Redis, redis_url: str) -> Iterator[Callable[.
 
 @pytest.fixture
 def store(make_store: Callable[..., FairStore]) -> FairStore:
+    """A store of its own (the store tests), on the flushed session Redis."""
     return make_store(lease_seconds=30.0)
+
+
+@pytest.fixture
+def fair(redis_server):
+    """The fair test app module, imported once the session Redis it points at is up."""
+    return importlib.import_module("tests.apps.fair")
+
+
+@pytest.fixture
+def fair_store(fair, redis_client) -> FairStore:
+    """The fair test app's own store, on the flushed session Redis."""
+    return get_store(fair.app)
 
 
 def put(store: FairStore, account: str, n: int, queue: str = "default", **options: Any) -> str:

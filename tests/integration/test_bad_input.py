@@ -1,6 +1,5 @@
 """Bad input gets a precise error or a dead letter with its reason; nothing is dropped silently."""
 
-import importlib
 import json
 
 import pytest
@@ -15,45 +14,36 @@ from celery_fairqueue import (
     StoreUnavailableError,
 )
 from celery_fairqueue.envelope import Envelope
-from celery_fairqueue.publish import get_store
 from celery_fairqueue.testing import free_port, wait_until
 
 APP = "tests.apps.fair"
 
 
-@pytest.fixture
-def fair(redis_server):
-    return importlib.import_module(APP)
 
 
-@pytest.fixture
-def store(fair, redis_client):
-    return get_store(fair.app)
-
-
-def test_missing_account_names_the_task(fair, store):
-    with pytest.raises(MissingAccountError, match="tests.apps.fair.context was enqueued with no "
-                                                  "account"):
+def test_missing_account_names_the_task(fair, fair_store):
+    with pytest.raises(MissingAccountError,
+                       match=r"tests\.apps\.fair\.context was enqueued with no account"):
         fair.context.delay("acme")  # declares no account_arg, and no account= given
     with pytest.raises(ValueError):
         fair.job.delay(None, 1)
-    assert store.stats() == {}
+    assert fair_store.stats() == {}
 
 
-def test_arguments_that_are_not_json_are_refused(fair, store):
-    with pytest.raises(SerializationError, match="tests.apps.fair.job: arguments are not "
-                                                 "JSON-serializable"):
+def test_arguments_that_are_not_json_are_refused(fair, fair_store):
+    with pytest.raises(SerializationError, match=r"tests\.apps\.fair\.job: arguments are not "
+                                                 r"JSON-serializable"):
         fair.job.delay("acme", object())
-    assert store.stats() == {}
+    assert fair_store.stats() == {}
 
 
-def test_oversized_payload_is_refused_with_the_setting_named(fair, store):
+def test_oversized_payload_is_refused_with_the_setting_named(fair, fair_store):
     with pytest.raises(PayloadTooLargeError, match="fairqueue_max_payload_bytes=262144"):
         fair.job.delay("acme", 1, "x" * 300_000)
-    assert store.stats() == {}
+    assert fair_store.stats() == {}
 
 
-def test_pickle_serializer_is_refused(fair, store):
+def test_pickle_serializer_is_refused(fair, fair_store):
     with pytest.raises(SerializationError, match="JSON only, not 'pickle'"):
         fair.job.apply_async(args=("acme", 1), serializer="pickle")
 
@@ -74,12 +64,12 @@ def test_unreachable_redis_raises_with_a_redacted_url():
     assert "unreachable during enqueue" in str(raised.value)
 
 
-def raw_job(store, job_id, envelope, account="acme"):
-    store.enqueue(queue="celery", account=account, job_id=job_id, envelope=envelope)
+def raw_job(fair_store, job_id, envelope, account="acme"):
+    fair_store.enqueue(queue="celery", account=account, job_id=job_id, envelope=envelope)
 
 
-def dead_reason(store, job_id):
-    record = store.client.hget(store.keys.dead, job_id)
+def dead_reason(fair_store, job_id):
+    record = fair_store.client.hget(fair_store.keys.dead, job_id)
     return json.loads(record)["reason"] if record else None
 
 
@@ -110,18 +100,18 @@ def dead_reason(store, job_id):
     ],
 )
 def test_undeliverable_jobs_are_dead_lettered_with_their_reason(
-    fair, celery_worker_factory, store, envelope, reason
+    fair, celery_worker_factory, fair_store, envelope, reason
 ):
     worker = celery_worker_factory(APP)
-    raw_job(store, "bad:0", envelope)
-    assert wait_until(lambda: dead_reason(store, "bad:0") is not None, timeout=10)
-    assert reason in dead_reason(store, "bad:0")
-    assert store.counts("celery")["running"] == 0
+    raw_job(fair_store, "bad:0", envelope)
+    assert wait_until(lambda: dead_reason(fair_store, "bad:0") is not None, timeout=10)
+    assert reason in dead_reason(fair_store, "bad:0")
+    assert fair_store.counts("celery")["running"] == 0
     assert "bad:0" in worker.log_path.read_text()  # and the worker log says which job
 
 
 def test_poison_message_that_kills_its_worker_is_dead_lettered_not_retried_forever(
-    fair, celery_worker_factory, store, redis_client
+    fair, celery_worker_factory, fair_store, redis_client
 ):
     worker = celery_worker_factory(
         APP, pool="prefork", concurrency=1, env={"FQ_MAX_DELIVERIES": "3"}
@@ -131,6 +121,6 @@ def test_poison_message_that_kills_its_worker_is_dead_lettered_not_retried_forev
         assert wait_until(lambda: redis_client.hget("starts", "acme:1") is not None, timeout=20)
         redis_client.hdel("starts", "acme:1")
         worker.kill_child()
-    assert wait_until(lambda: store.client.hlen(store.keys.dead) == 1, timeout=20)
-    job_id = store.client.hkeys(store.keys.dead)[0]
-    assert "without being settled" in dead_reason(store, job_id)
+    assert wait_until(lambda: fair_store.client.hlen(fair_store.keys.dead) == 1, timeout=20)
+    job_id = fair_store.client.hkeys(fair_store.keys.dead)[0]
+    assert "without being settled" in dead_reason(fair_store, job_id)

@@ -1,12 +1,13 @@
 """Reliable jobs on real workers: markers, reconciliation, classified retries, dead letters."""
 
 import importlib
+import itertools
 import random
 import time
 
 import pytest
 
-from celery_fairqueue import DeadLetters
+from celery_fairqueue import DeadLetters, PermanentError
 from celery_fairqueue.publish import get_store
 from celery_fairqueue.testing import wait_until
 
@@ -33,7 +34,7 @@ def test_permanent_failure_is_attempted_once_and_dead_lettered(rel, celery_worke
     redis_client.set("fail:1", "permanent")
     celery_worker_factory(APP)
     result = rel.send_message.delay("acme", 1)
-    with pytest.raises(Exception, match="lead 1 was deleted"):
+    with pytest.raises(PermanentError, match="lead 1 was deleted"):
         result.get(timeout=20)
     assert wait_until(lambda: dlq.count() == 1, timeout=10)
     [letter] = dlq.list()
@@ -60,7 +61,7 @@ def test_retryable_failure_is_retried_then_succeeds(rel, celery_worker_factory, 
 def test_client_error_is_permanent(rel, celery_worker_factory, redis_client, dlq):
     redis_client.set("fail:3", "http:404:5")
     celery_worker_factory(APP)
-    with pytest.raises(Exception):
+    with pytest.raises(rel.HTTPError):
         rel.send_message.delay("acme", 3).get(timeout=20)
     assert attempts(redis_client, 3) == 1
     assert wait_until(lambda: dlq.count() == 1, timeout=10)
@@ -71,7 +72,7 @@ def test_exhausted_retries_land_in_the_dlq_with_attempts_and_reason(
         rel, celery_worker_factory, redis_client, dlq):
     redis_client.set("fail:4", "retry:99")
     celery_worker_factory(APP)
-    with pytest.raises(Exception):
+    with pytest.raises(TimeoutError):
         rel.send_message.delay("acme", 4).get(timeout=30)
     assert attempts(redis_client, 4) == 4  # FAST.max_attempts
     assert wait_until(lambda: dlq.count() == 1, timeout=10)
@@ -80,7 +81,7 @@ def test_exhausted_retries_land_in_the_dlq_with_attempts_and_reason(
     assert letter.reason == "gave up after 4 attempts: TimeoutError (timeout or connection error)"
     assert letter.first_failure <= letter.at
     times = [float(t) for t in redis_client.lrange("attempt_times:4", 0, -1)]
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert all(gap < 1.0 for gap in gaps)  # full jitter under the 0.2 s cap, plus dispatch
 
 
@@ -96,7 +97,7 @@ def test_replaying_a_fixed_job_runs_it_once(rel, celery_worker_factory, redis_cl
                                             ledger):
     redis_client.set("fail:6", "permanent")
     celery_worker_factory(APP)
-    with pytest.raises(Exception):
+    with pytest.raises(PermanentError):
         rel.send_message.delay("acme", 6).get(timeout=20)
     assert wait_until(lambda: dlq.count() == 1, timeout=10)
     [letter] = dlq.list(task="tests.apps.reliable.send_message")
@@ -116,7 +117,7 @@ def test_purge_and_filters(rel, celery_worker_factory, redis_client, dlq):
         redis_client.set(f"fail:{lead}", "permanent")
     celery_worker_factory(APP)
     for account, lead in (("acme", 7), ("beta", 8)):
-        with pytest.raises(Exception):
+        with pytest.raises(PermanentError):
             rel.send_message.delay(account, lead).get(timeout=20)
     assert wait_until(lambda: dlq.count() == 2, timeout=10)
     assert [d.account for d in dlq.list(account="beta")] == ["beta"]
@@ -171,7 +172,7 @@ def test_plain_reliable_task_retries_and_dead_letters_too(rel, celery_worker_fac
                                                           redis_client, dlq):
     redis_client.set("fail:13", "retry:99")
     celery_worker_factory(APP)
-    with pytest.raises(Exception):
+    with pytest.raises(TimeoutError):
         rel.plain_send.delay("acme", 13, email="lead@example.com").get(timeout=30)
     assert attempts(redis_client, 13) == 4
     assert wait_until(lambda: dlq.count() == 1, timeout=10)

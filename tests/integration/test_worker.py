@@ -1,6 +1,5 @@
 """Fair dispatch through real ``celery worker`` processes, measured on the ledger."""
 
-import importlib
 import json
 import time
 
@@ -8,21 +7,11 @@ import pytest
 from celery import Celery, chain, group
 
 from celery_fairqueue import set_account_limit
-from celery_fairqueue.publish import get_store
 from celery_fairqueue.testing import wait_until
 
 APP = "tests.apps.fair"
 
 
-@pytest.fixture
-def fair(redis_server):
-    """The test app module, imported once the session Redis it points at is up."""
-    return importlib.import_module(APP)
-
-
-@pytest.fixture
-def store(fair, redis_client):
-    return get_store(fair.app)
 
 
 def runs(redis_client):
@@ -30,34 +19,35 @@ def runs(redis_client):
 
 
 @pytest.mark.parametrize("pool", ["threads", "prefork", "solo"])
-def test_fair_task_runs_through_a_real_worker(fair, celery_worker_factory, ledger, store, pool):
+def test_fair_task_runs_through_a_real_worker(fair, celery_worker_factory, ledger, fair_store,
+                                              pool):
     celery_worker_factory(APP, pool=pool, concurrency=2)
     results = [fair.job.delay("acme", n) for n in range(6)]
     assert [r.get(timeout=20) for r in results] == list(range(6))
     assert ledger.counts() == {f"acme:{n}": 1 for n in range(6)}
-    assert store.stats()["enqueued"] == 6
+    assert fair_store.stats()["enqueued"] == 6
 
 
-def test_request_carries_job_key_and_account_and_no_eta(fair, celery_worker_factory, store):
+def test_request_carries_job_key_and_account_and_no_eta(fair, celery_worker_factory, fair_store):
     celery_worker_factory(APP)
     seen = fair.context.apply_async(args=("ignored",), account="other", countdown=0.3)
     context = seen.get(timeout=20)
     assert context["account"] == "other"
     assert context["job_key"] is None  # the task declares no job_key
-    assert context["eta"] is None  # the store waited; Celery did not hold it
+    assert context["eta"] is None  # the fair_store waited; Celery did not hold it
     keyed = fair.job.apply_async(args=("acme", 1))
     keyed.get(timeout=20)
     assert fair.job.business_key("acme", ("acme", 1), {}) is not None
 
 
-def test_plain_tasks_keep_using_the_broker(fair, celery_worker_factory, ledger, store):
+def test_plain_tasks_keep_using_the_broker(fair, celery_worker_factory, ledger, fair_store):
     celery_worker_factory(APP)
     assert fair.plain.delay("p1").get(timeout=20) == "p1"
     assert ledger.counts() == {"p1": 1}
-    assert store.stats().get("enqueued", 0) == 0
+    assert fair_store.stats().get("enqueued", 0) == 0
 
 
-def test_same_job_enqueued_twice_is_one_job(fair, celery_worker_factory, ledger, store):
+def test_same_job_enqueued_twice_is_one_job(fair, celery_worker_factory, ledger, fair_store):
     first = fair.job.delay("acme", 7)
     second = fair.job.delay("acme", 7)
     assert second.id == first.id
@@ -69,7 +59,8 @@ def test_same_job_enqueued_twice_is_one_job(fair, celery_worker_factory, ledger,
     assert ledger.counts() == {"acme:7": 1}
 
 
-def test_whale_burst_does_not_delay_small_accounts(fair, celery_worker_factory, redis_client, store):
+def test_whale_burst_does_not_delay_small_accounts(fair, celery_worker_factory, redis_client,
+                                                   fair_store):
     for n in range(200):
         fair.job.delay("whale", n, 0.01)
     small = [f"small{i}" for i in range(5)]
@@ -87,14 +78,14 @@ def test_whale_burst_does_not_delay_small_accounts(fair, celery_worker_factory, 
 
 
 def test_worker_never_holds_more_jobs_than_free_slots(fair, celery_worker_factory, redis_client,
-                                                      store):
+                                                      fair_store):
     for n in range(60):
         fair.job.delay(f"a{n % 3}", n, 0.05)
     celery_worker_factory(APP, concurrency=3)
     held = []
     deadline = time.monotonic() + 30
     while redis_client.llen("runs") < 60 and time.monotonic() < deadline:
-        held.append(redis_client.zcard(store.keys.leases))
+        held.append(redis_client.zcard(fair_store.keys.leases))
         time.sleep(0.01)
     assert redis_client.llen("runs") == 60
     assert max(held) <= 3
@@ -102,7 +93,7 @@ def test_worker_never_holds_more_jobs_than_free_slots(fair, celery_worker_factor
 
 
 def test_rate_limit_holds_across_worker_processes_and_frees_slots(
-        fair, celery_worker_factory, redis_client, store):
+        fair, celery_worker_factory, redis_client, fair_store):
     set_account_limit(fair.app, "limited", rate="10/s", burst=1)
     for n in range(30):
         fair.job.delay("limited", n)
@@ -118,37 +109,37 @@ def test_rate_limit_holds_across_worker_processes_and_frees_slots(
     assert 8.5 <= achieved <= 11.0, achieved
     # the unlimited account is not slowed by the throttled one: it is done in the first second
     assert free[-1] < limited[12]
-    assert store.stats()["deferred"] > 0
+    assert fair_store.stats()["deferred"] > 0
 
 
-def test_countdown_waits_in_redis_not_in_the_worker(fair, celery_worker_factory, store):
+def test_countdown_waits_in_redis_not_in_the_worker(fair, celery_worker_factory, fair_store):
     celery_worker_factory(APP)
     result = fair.job.apply_async(args=("acme", 1), countdown=1.0)
     time.sleep(0.3)
-    counts = store.counts("celery")
+    counts = fair_store.counts("celery")
     assert counts["delayed"] == 1 and counts["running"] == 0
-    assert store.client.zcard(store.keys.leases) == 0
+    assert fair_store.client.zcard(fair_store.keys.leases) == 0
     assert result.get(timeout=20) == 1
 
 
-def test_self_retry_goes_through_the_delayed_set(fair, celery_worker_factory, ledger, store):
+def test_self_retry_goes_through_the_delayed_set(fair, celery_worker_factory, ledger, fair_store):
     celery_worker_factory(APP)
     assert fair.flaky.delay("acme", 1, 2).get(timeout=20) == 2
     assert ledger.counts() == {"flaky:acme:1": 1}
-    assert store.stats()["enqueued"] == 3  # the first delivery and two retries
+    assert fair_store.stats()["enqueued"] == 3  # the first delivery and two retries
 
 
-def test_named_queues_keep_their_isolation(fair, celery_worker_factory, ledger, store):
+def test_named_queues_keep_their_isolation(fair, celery_worker_factory, ledger, fair_store):
     celery_worker_factory(APP, queues=["critical"])
     fair.job.delay("acme", 1)
     assert fair.urgent.delay("acme", 1).get(timeout=20) == 1
     time.sleep(0.5)
     assert ledger.counts() == {"urgent:acme:1": 1}
-    assert store.counts("celery")["ready"] == 1
+    assert fair_store.counts("celery")["ready"] == 1
 
 
 def test_sigkill_of_the_worker_mid_task_loses_no_job(fair, celery_worker_factory, redis_client,
-                                                     ledger, store):
+                                                     ledger, fair_store):
     env = {"FQ_LEASE_SECONDS": "2", "FQ_HEARTBEAT_SECONDS": "0.5"}
     doomed = celery_worker_factory(APP, concurrency=3, env=env)
     for n in range(9):
@@ -162,7 +153,7 @@ def test_sigkill_of_the_worker_mid_task_loses_no_job(fair, celery_worker_factory
     starts = {k: int(v) for k, v in redis_client.hgetall("starts").items()}
     killed = {k for k, v in starts.items() if v > 1}
     assert 1 <= len(killed) <= 3 and all(starts[k] == 2 for k in killed)
-    assert store.stats()["reaped"] == len(killed)
+    assert fair_store.stats()["reaped"] == len(killed)
 
 
 def test_killed_prefork_child_job_runs_again(fair, celery_worker_factory, redis_client, ledger):
@@ -176,13 +167,13 @@ def test_killed_prefork_child_job_runs_again(fair, celery_worker_factory, redis_
 
 
 def test_stray_message_from_the_broker_is_moved_into_the_fair_store(
-        fair, celery_worker_factory, ledger, store, redis_url):
+        fair, celery_worker_factory, ledger, fair_store, redis_url):
     celery_worker_factory(APP)
     foreign = Celery("foreign", broker=redis_url, backend=redis_url)  # never called install
     result = foreign.send_task("tests.apps.fair.job", args=("acme", 3))
     assert result.get(timeout=20) == 3
     assert ledger.counts() == {"acme:3": 1}
-    assert store.stats()["enqueued"] == 1
+    assert fair_store.stats()["enqueued"] == 1
 
 
 def test_chains_and_groups_of_fair_tasks(fair, celery_worker_factory, ledger):
@@ -192,24 +183,24 @@ def test_chains_and_groups_of_fair_tasks(fair, celery_worker_factory, ledger):
     assert len(ledger.counts()) == 6
 
 
-def test_revoked_job_does_not_run_and_settles(fair, celery_worker_factory, ledger, store):
+def test_revoked_job_does_not_run_and_settles(fair, celery_worker_factory, ledger, fair_store):
     celery_worker_factory(APP)
     result = fair.job.apply_async(args=("acme", 1), countdown=1.0)
     fair.app.control.revoke(result.id)
     time.sleep(2.0)
     assert ledger.counts() == {}
-    assert store.client.zcard(store.keys.leases) == 0
-    assert store.counts("celery") == {"ready": 0, "delayed": 0, "running": 0,
+    assert fair_store.client.zcard(fair_store.keys.leases) == 0
+    assert fair_store.counts("celery") == {"ready": 0, "delayed": 0, "running": 0,
                                       "paused_accounts": 0}
 
 
 def test_every_transition_reaches_the_event_stream_once_a_recorder_listens(
-        fair, celery_worker_factory, store):
+        fair, celery_worker_factory, fair_store):
     from celery_fairqueue.events import EventReader
 
-    reader = EventReader(store, "test")
+    reader = EventReader(fair_store, "test")
     assert fair.job.delay("acme", 0).id  # no recorder yet: no stream, nothing piles up
-    assert not store.client.exists(store.keys.events)
+    assert not fair_store.client.exists(fair_store.keys.events)
     reader.ensure_group()
     celery_worker_factory(APP)
     flaky_result = fair.flaky.delay("acme", 1, 1)
@@ -218,7 +209,7 @@ def test_every_transition_reaches_the_event_stream_once_a_recorder_listens(
     fair.job.delay("slow", 1)
     fair.job.delay("slow", 2)
     assert wait_until(lambda: any(f.get("e") == "account_deferred" for _, f in
-                                  store.client.xrange(store.keys.events)), timeout=10)
+                                  fair_store.client.xrange(fair_store.keys.events)), timeout=10)
     events = reader.read(count=100)
     flaky = [e for e in events if e.task_id == flaky_result.id]
     assert [e.type for e in flaky if e.attempt == 1] == ["enqueued", "running", "retrying",
