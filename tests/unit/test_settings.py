@@ -1,0 +1,48 @@
+"""Settings: lower-case fairqueue_* on app.conf, CELERY_FAIRQUEUE_* through Django's namespace."""
+
+import pytest
+from celery import Celery
+
+from celery_fairqueue import ConfigurationError
+from celery_fairqueue.settings import FairqueueSettings
+
+
+def test_defaults_take_the_redis_broker_url():
+    settings = FairqueueSettings.from_app(Celery("t", broker="redis://127.0.0.1:6390/2"))
+    assert settings.redis_url == "redis://127.0.0.1:6390/2"
+    assert settings.lease_seconds == 60.0
+
+
+def test_django_style_namespaced_settings_are_read():
+    class DjangoSettings:
+        CELERY_BROKER_URL = "redis://127.0.0.1:6390/0"
+        CELERY_FAIRQUEUE_LEASE_SECONDS = "120"
+        CELERY_FAIRQUEUE_DEFAULT_RATE = "5/s"
+
+    app = Celery("t")
+    app.config_from_object(DjangoSettings, namespace="CELERY")
+    settings = FairqueueSettings.from_app(app)
+    assert settings.lease_seconds == 120.0
+    assert settings.default_limit.per_second == 5.0
+
+
+def test_a_non_redis_broker_needs_an_explicit_redis_url():
+    with pytest.raises(ConfigurationError, match="fairqueue_redis_url is not set"):
+        FairqueueSettings.from_app(Celery("t", broker="amqp://guest@localhost//"))
+    app = Celery("t", broker="amqp://guest@localhost//")
+    app.conf.fairqueue_redis_url = "redis://127.0.0.1:6390/0"
+    assert FairqueueSettings.from_app(app).redis_url == "redis://127.0.0.1:6390/0"
+
+
+@pytest.mark.parametrize("name,value,message", [
+    ("fairqueue_lease_seconds", "soon", "fairqueue_lease_seconds = 'soon' is not a number"),
+    ("fairqueue_lease_seconds", 0, "fairqueue_lease_seconds must be positive"),
+    ("fairqueue_heartbeat_interval", 40, "at most half of fairqueue_lease_seconds"),
+    ("fairqueue_claim_batch", 0, "fairqueue_claim_batch must be at least 1"),
+    ("fairqueue_default_rate", "fast", "fairqueue_default_\\*: rate 'fast'"),
+])
+def test_invalid_settings_fail_fast_naming_the_setting(name, value, message):
+    app = Celery("t", broker="redis://127.0.0.1:6390/0")
+    app.conf[name] = value
+    with pytest.raises(ConfigurationError, match=message):
+        FairqueueSettings.from_app(app)
