@@ -220,3 +220,13 @@ def test_every_transition_reaches_the_event_stream_once_a_recorder_listens(
     assert deferred and deferred[0].account == "slow" and deferred[0].due > time.time() + 3000
     reader.ack(events)
     assert reader.read(count=100, block_ms=10) == []
+
+
+def test_producers_racing_on_one_key_make_one_job(fair, fair_store):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        ids = set(pool.map(lambda _: fair.job.delay("acme", 99).id, range(32)))
+    assert len(ids) == 1
+    assert fair_store.counts("celery")["ready"] == 1
+    assert fair_store.stats()["enqueued"] == 1
