@@ -1,0 +1,163 @@
+"""Read-only views of the fair store for operators: queue totals, paused accounts, accounts.
+
+Nothing here writes to Redis, and nothing reads a per-account structure whole: totals come from
+O(1) commands (ZCARD, HLEN), and per-account data from HSCAN with a bound, so asking about a
+store with a million accounts costs the same as asking about one with ten.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from celery import Celery
+
+from .keys import QueueKeys, decode_id, encode_id
+from .limits import AccountLimit
+from .publish import get_store
+
+#: Most hash fields one answer reads from a per-account hash.
+SCAN_LIMIT = 10_000
+
+AccountState = Literal["ready", "paused", "capped", "idle"]
+_STATES: dict[str | None, AccountState] = {"r": "ready", "p": "paused", "c": "capped"}
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    queue: str
+    ready: int
+    delayed: int
+    running: int
+    running_exact: bool  # False when more accounts run jobs than SCAN_LIMIT
+    accounts_ready: int
+    accounts_paused: int
+
+
+@dataclass(frozen=True)
+class PausedAccount:
+    queue: str
+    account: str
+    until: float  # Redis server time at which its limit lets it run again
+
+
+@dataclass(frozen=True)
+class StoreStatus:
+    queues: list[QueueStatus]
+    paused: list[PausedAccount]
+    dead_letters: int
+    leased: int
+    counters: dict[str, int]
+    server_time: float
+
+
+@dataclass(frozen=True)
+class AccountRow:
+    queue: str
+    account: str
+    ready: int
+    running: int
+    state: AccountState
+    paused_until: float | None
+    limit: AccountLimit | None  # its own limit; None when the default applies
+
+
+@dataclass(frozen=True)
+class AccountPage:
+    rows: list[AccountRow]
+    accounts_ready: int  # per the store's count, over all queues asked about
+    complete: bool  # False when the bound cut the listing short
+
+
+class StoreInspector:
+    """Answers the operator's questions about one app's fair store."""
+
+    def __init__(self, app: Celery) -> None:
+        self.store = get_store(app)
+        self.client = self.store.client
+        self.keys = self.store.keys
+
+    def queues(self, names: list[str] | None = None) -> list[str]:
+        return sorted(names) if names else self.store.known_queues()
+
+    def status(self, queues: list[str] | None = None, paused_limit: int = 10) -> StoreStatus:
+        """Totals per queue, the accounts paused longest ahead (soonest first), DLQ, counters."""
+        rows, paused = [], []
+        for queue in self.queues(queues):
+            qk = self.keys.queue(queue)
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zcard(qk.ready)
+            pipe.zcard(qk.delayed)
+            pipe.hlen(qk.nready)
+            pipe.zcard(qk.paused)
+            pipe.zrange(qk.paused, 0, paused_limit - 1, withscores=True)
+            ready, delayed, accounts_ready, accounts_paused, soonest = pipe.execute()
+            running, exact = self._sum_fields(qk.running)
+            rows.append(QueueStatus(queue, ready, delayed, running, exact, accounts_ready,
+                                    accounts_paused))
+            paused += [PausedAccount(queue, decode_id(a), float(t)) for a, t in soonest]
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(self.keys.dead_index)
+        pipe.zcard(self.keys.leases)
+        dead, leased = pipe.execute()
+        return StoreStatus(rows, paused, dead, leased, self.store.stats(),
+                           self.store.server_time())
+
+    def accounts(self, queues: list[str] | None = None, account: str | None = None,
+                 limit: int = 50) -> AccountPage:
+        """Ready and running counts, state and limit per account: one account, or up to
+        ``limit`` of those with ready or running jobs, most ready first."""
+        rows: list[AccountRow] = []
+        total = 0
+        complete = True
+        for queue in self.queues(queues):
+            qk = self.keys.queue(queue)
+            total += int(self.client.hlen(qk.nready))
+            if account is not None:
+                encoded = [encode_id(account)]
+            else:
+                encoded, scanned_all = self._scan_fields([qk.nready, qk.running],
+                                                         limit - len(rows))
+                complete = complete and scanned_all
+            rows += [row for row in self._rows(queue, qk, encoded)
+                     if account is not None or row.ready or row.running]
+        rows.sort(key=lambda r: (-r.ready, -r.running, r.account, r.queue))
+        return AccountPage(rows, total, complete)
+
+    def _rows(self, queue: str, qk: QueueKeys, encoded: list[str]) -> list[AccountRow]:
+        pipe = self.client.pipeline(transaction=False)
+        for name in encoded:
+            pipe.hget(qk.nready, name)
+            pipe.hget(qk.running, name)
+            pipe.hget(qk.state, name)
+            pipe.zscore(qk.paused, name)
+            pipe.hget(self.keys.limit_config, name)
+        answers = pipe.execute()
+        rows = []
+        for n, name in enumerate(encoded):
+            ready, running, state, until, limit = answers[5 * n:5 * n + 5]
+            rows.append(AccountRow(
+                queue=queue, account=decode_id(name), ready=int(ready or 0),
+                running=int(running or 0), state=_STATES.get(state, "idle"),
+                paused_until=float(until) if until is not None else None,
+                limit=AccountLimit.from_json(limit) if limit else None))
+        return rows
+
+    def _scan_fields(self, keys: list[str], limit: int) -> tuple[list[str], bool]:
+        """Up to ``limit`` distinct field names of the hashes ``keys``; and whether that was all."""
+        found: dict[str, None] = {}
+        for key in keys:
+            for name, _value in self.client.hscan_iter(key, count=min(max(limit, 10), 1000)):
+                if len(found) >= limit:
+                    return list(found), False
+                found[name] = None
+        return list(found), True
+
+    def _sum_fields(self, key: str) -> tuple[int, bool]:
+        """The sum of a hash's values, read through HSCAN; and whether all were read."""
+        total = 0
+        for n, (_name, value) in enumerate(self.client.hscan_iter(key, count=1000)):
+            if n >= SCAN_LIMIT:
+                return total, False
+            total += int(value)
+        return total, True
