@@ -6,18 +6,22 @@ import time
 from django.db.models import F
 
 from automations.models import OutboundMessage
+from celery_fairqueue import FairTask
 from proj.celery import app
 
 #: How long the simulated call to the messaging provider takes.
 SEND_SECONDS = 0.05
 
 
-# The one line that makes this a fair-queued job once FairTask exists:
-#   @app.task(base=FairTask, bind=True, account_arg="account_id",
-#             job_key=("account_id", "lead_id", "step", "campaign_rev"))
-@app.task(bind=True)
+# The one line that makes this a fair-queued job: base, account and business key.
+@app.task(base=FairTask, bind=True, account_arg="account_id",
+          job_key=("account_id", "lead_id", "step", "campaign_rev"))
 def send_step(self, account_id: str, lead_id: int, step: str, campaign_rev: int) -> dict:
-    """Send the step's message to the lead, at most once per business key."""
+    """Send the step's message to the lead, at most once per business key.
+
+    The provider is asked with the job key as its idempotency key (here: the unique row), so
+    even a rerun after a crash sends nothing twice.
+    """
     message, created = OutboundMessage.objects.get_or_create(
         account_id=account_id,
         lead_id=lead_id,

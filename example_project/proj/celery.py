@@ -4,8 +4,11 @@ import os
 
 from celery import Celery
 
+import celery_fairqueue
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "proj.settings")
 
 app = Celery("proj")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+celery_fairqueue.install(app)  # fair publish path for FairTask tasks, and the worker step

@@ -32,7 +32,10 @@ class Command(BaseCommand):
         )
         started = time.monotonic()
         results = [send_step.delay(account, lead, STEP, rev) for account, lead in jobs]
-        for result in results:
+        if results[-1].id == results[0].id:
+            self.stdout.write(f"  the duplicate of {jobs[0][0]} lead {jobs[0][1]} was the same job"
+                              f" ({results[0].id}): deduplicated at enqueue by its business key")
+        for result in results[:-1]:
             done = result.get(timeout=timeout)
             outcome = "sent" if done["sent"] else "already sent, not sent again"
             self.stdout.write(
