@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -143,28 +144,45 @@ def dead_letter_report(app: Celery, letter: DeadLetter, show_args: bool) -> str:
     return "\n".join(lines)
 
 
-def replay_all(dlq: DeadLetters, ids: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
-    """Replay each dead letter; returns (replayed id -> new task id, failed id -> why)."""
-    replayed: dict[str, str] = {}
-    failed: dict[str, str] = {}
+@dataclass
+class BatchOutcome:
+    """What a replay or purge of several dead letters did, id by id."""
+
+    done: dict[str, str] = field(default_factory=dict)  # id -> new task id ("" for purge)
+    failed: dict[str, str] = field(default_factory=dict)  # id -> why not
+    unreachable: str | None = None  # the store could not be reached; later ids were not tried
+
+
+def replay_each(dlq: DeadLetters, ids: Sequence[str]) -> BatchOutcome:
+    """Replay the dead letters one by one, stopping if the store goes away."""
+    outcome = BatchOutcome()
     for job_id in ids:
         try:
-            replayed[job_id] = dlq.replay(job_id).id
+            outcome.done[job_id] = dlq.replay(job_id).id
         except DeadLetterNotFound:
-            failed[job_id] = "not found: replayed or purged already"
-        except (redis.RedisError, StoreUnavailableError):
-            raise  # the store is down: no point trying the others
+            outcome.failed[job_id] = "not found: replayed or purged already"
+        except (redis.RedisError, StoreUnavailableError) as exc:
+            outcome.unreachable = str(exc)
+            break
         except FairqueueError as exc:
-            failed[job_id] = str(exc)
-    return replayed, failed
+            outcome.failed[job_id] = str(exc)
+    return outcome
 
 
-def purge_each(dlq: DeadLetters, ids: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Purge the named dead letters one by one; returns (purged ids, ids not found)."""
-    purged, missing = [], []
+def purge_each(dlq: DeadLetters, ids: Sequence[str]) -> BatchOutcome:
+    """Purge the dead letters one by one, stopping if the store goes away."""
+    outcome = BatchOutcome()
     for job_id in ids:
-        (purged if dlq.purge([job_id]) else missing).append(job_id)
-    return purged, missing
+        try:
+            purged = dlq.purge([job_id])
+        except (redis.RedisError, StoreUnavailableError) as exc:
+            outcome.unreachable = str(exc)
+            break
+        if purged:
+            outcome.done[job_id] = ""
+        else:
+            outcome.failed[job_id] = "not found: replayed or purged already"
+    return outcome
 
 
 # -- the celery sub-command ------------------------------------------------------------------
@@ -274,13 +292,10 @@ def dlq_show(ctx: click.Context, job_id: str, show_args: bool, **kwargs: Any) ->
 @click.pass_context
 def dlq_replay(ctx: click.Context, job_ids: tuple[str, ...], **kwargs: Any) -> None:
     """Run dead jobs again, as new jobs with the same task, arguments and business key."""
-    replayed, failed = replay_all(DeadLetters(_app(ctx)), job_ids)
-    for job_id, task_id in replayed.items():
+    outcome = replay_each(DeadLetters(_app(ctx)), job_ids)
+    for job_id, task_id in outcome.done.items():
         ctx.obj.echo(f"replayed {job_id} as task {task_id}")
-    for job_id, why in failed.items():
-        ctx.obj.error(f"not replayed {job_id}: {why}")
-    if failed:
-        ctx.exit(EX_FAILURE)
+    report_failures(ctx, "replayed", outcome)
 
 
 @dlq.command(name="purge", cls=StoreCommand)
@@ -310,10 +325,18 @@ def dlq_purge(ctx: click.Context, job_ids: tuple[str, ...], older_than: float | 
         count = letters.purge(older_than=cutoff)
         ctx.obj.echo(f"purged {count} {pluralize(count, 'dead letter')}")
         return
-    purged, missing = purge_each(letters, job_ids)
-    ctx.obj.echo(f"purged {len(purged)} {pluralize(len(purged), 'dead letter')}")
-    for job_id in missing:
-        ctx.obj.error(f"not purged {job_id}: not found (replayed or purged already)")
-    if missing:
-        ctx.exit(EX_FAILURE)
+    outcome = purge_each(letters, job_ids)
+    ctx.obj.echo(f"purged {len(outcome.done)} {pluralize(len(outcome.done), 'dead letter')}")
+    report_failures(ctx, "purged", outcome)
 
+
+def report_failures(ctx: click.Context, verb: str, outcome: BatchOutcome) -> None:
+    """Say which ids failed and why; exit non-zero if any did."""
+    for job_id, why in outcome.failed.items():
+        ctx.obj.error(f"not {verb} {job_id}: {why}")
+    if outcome.unreachable:
+        raise CeleryCommandException(
+            message=f"The fair store (Redis) cannot be reached: {outcome.unreachable}",
+            exit_code=EX_UNAVAILABLE)
+    if outcome.failed:
+        ctx.exit(EX_FAILURE)
