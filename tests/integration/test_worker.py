@@ -230,3 +230,12 @@ def test_producers_racing_on_one_key_make_one_job(fair, fair_store):
     assert len(ids) == 1
     assert fair_store.counts("celery")["ready"] == 1
     assert fair_store.stats()["enqueued"] == 1
+
+
+def test_hostile_account_ids_run_through_a_real_worker(fair, celery_worker_factory, ledger):
+    from tests.integration.test_store import HOSTILE_ACCOUNTS
+
+    celery_worker_factory(APP, concurrency=4)
+    results = [fair.job.delay(account, 1) for account in HOSTILE_ACCOUNTS]
+    assert [r.get(timeout=20) for r in results] == [1] * len(HOSTILE_ACCOUNTS)
+    assert ledger.counts() == {f"{account}:1": 1 for account in HOSTILE_ACCOUNTS}
