@@ -72,15 +72,15 @@ class ClaimedJob:
     account: str  # encoded, as the store keeps it
 
 
-def make_client(url: str, socket_timeout: float = 10.0) -> redis.Redis:
+def make_client(url: str, socket_timeout: float = 10.0, retries: int = 6) -> redis.Redis:
     """A Redis client that retries transient connection errors with backoff."""
     return redis.Redis.from_url(
         url,
         decode_responses=True,
         socket_timeout=socket_timeout,
-        socket_connect_timeout=5.0,
+        socket_connect_timeout=min(5.0, socket_timeout),
         health_check_interval=15,
-        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), 6),
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), retries),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
 
@@ -99,9 +99,13 @@ class FairStore:
         self._recording_checked = float("-inf")
 
     @classmethod
-    def from_settings(cls, settings: FairqueueSettings) -> FairStore:
+    def from_settings(cls, settings: FairqueueSettings, *, fail_fast: bool = False) -> FairStore:
+        """A store for producers (patient retries) or, ``fail_fast``, for the worker's event
+        loop, which must not stall on an unreachable Redis: it tries again on its next turn."""
         assert settings.redis_url
-        return cls(make_client(settings.redis_url), Keys(settings.key_prefix), settings)
+        client = (make_client(settings.redis_url, socket_timeout=2.0, retries=1) if fail_fast
+                  else make_client(settings.redis_url))
+        return cls(client, Keys(settings.key_prefix), settings)
 
     def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any]) -> Any:
         keys = list(self._global)

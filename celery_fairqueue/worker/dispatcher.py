@@ -24,9 +24,8 @@ from kombu.serialization import loads
 from ..envelope import JSON_CONTENT_TYPE, Envelope
 from ..errors import FairqueueError
 from ..keys import decode_id
-from ..publish import get_store
 from ..settings import settings_for
-from ..store import ClaimedJob
+from ..store import ClaimedJob, FairStore
 from .channel import FairChannel
 
 logger = logging.getLogger(__name__)
@@ -47,7 +46,7 @@ class FairDispatcher:
         self.consumer = consumer
         self.app = consumer.app
         self.settings = settings_for(self.app)
-        self.store = get_store(self.app)
+        self.store = FairStore.from_settings(self.settings, fail_fast=True)
         self.token = f"{consumer.hostname}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
         self.channel = FairChannel(self)
         self.held: dict[str, HeldJob] = {}

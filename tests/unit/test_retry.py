@@ -1,8 +1,7 @@
 """Retry classification and backoff, as a specification; random source and clock injected."""
 
-import socket
+from datetime import UTC, datetime
 from email.utils import format_datetime
-from datetime import datetime, timezone
 
 import pytest
 
@@ -45,7 +44,7 @@ POLICY = RetryPolicy(base=1.0, cap=60.0, max_attempts=5, permanent=(LeadMissing,
 
 @pytest.mark.parametrize("exc", [
     HTTPError(408), HTTPError(429), HTTPError(500), HTTPError(503), HTTPStatusError(502),
-    TimeoutError(), socket.timeout(), ConnectionRefusedError(), ConnectError("refused"),
+    TimeoutError(), TimeoutError(), ConnectionRefusedError(), ConnectError("refused"),
     RetryableError("later"),
 ])
 def test_transient_failures_are_retryable(exc):
@@ -110,9 +109,9 @@ def test_retry_after_seconds_wins_over_backoff():
 
 
 def test_retry_after_http_date_is_relative_to_the_clock():
-    now = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc).timestamp()
+    now = datetime(2026, 12, 2, 12, 0, tzinfo=UTC).timestamp()
     policy = RetryPolicy(clock=lambda: now)
-    later = format_datetime(datetime(2026, 12, 2, 12, 1, 30, tzinfo=timezone.utc), usegmt=True)
+    later = format_datetime(datetime(2026, 12, 2, 12, 1, 30, tzinfo=UTC), usegmt=True)
     assert policy.delay(0, HTTPError(503, {"Retry-After": later})) == 90.0
 
 
