@@ -4,6 +4,7 @@
 import importlib
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -145,8 +146,8 @@ def test_manage_status_accounts_and_dlq_list(rel):
 def test_manage_replay_and_purge_need_a_user_with_the_permission(rel):
     bury(rel, "t1:0")
     bury(rel, "t2:0", lead=2)
-    Job.objects.create(job_key="k1", task_id="t1", delivery_id="t1:0", task=SEND,
-                       queue="celery", account="acme", status="dead")
+    Job.objects.create(job_key="task:t1", task_id="t1", delivery_id="t1:0", task=SEND,
+                       queue="celery", account="acme", status="dead")  # no business key
     User.objects.create_user("ann")
     holder = User.objects.create_user("bob")
     holder.user_permissions.set(Permission.objects.filter(
@@ -159,10 +160,13 @@ def test_manage_replay_and_purge_need_a_user_with_the_permission(rel):
     with pytest.raises(CommandError, match="no user 'carl'"):
         manage("dlq", "replay", "t1:0", "--user", "carl")
     assert DeadLetters(rel.app).count() == 2
-    assert Job.objects.get(job_key="k1").status == "dead"
+    assert Job.objects.get(job_key="task:t1").status == "dead"
 
-    assert "replayed t1:0 as task " in manage("dlq", "replay", "t1:0", "--user", "bob")
-    assert Job.objects.get(job_key="k1").status == "ready"
+    [task_id] = re.findall(r"replayed t1:0 as task (\S+)",
+                           manage("dlq", "replay", "t1:0", "--user", "bob"))
+    row = Job.objects.get(task_id=task_id)
+    assert (row.job_key, row.delivery_id, row.status) == (f"task:{task_id}", f"{task_id}:0",
+                                                          "ready")
     assert "purged 1 dead letters" in manage("dlq", "purge", "t2:0", "--user", "bob")
     assert DeadLetters(rel.app).count() == 0
     with pytest.raises(CommandError, match="1 dead letters were not purged"):

@@ -48,11 +48,18 @@ def replay_dead_letters(user: User, ids: Sequence[str]) -> BatchOutcome:
     outcome = replay_each(DeadLetters(celery_app()), ids)
     now = timezone.now()
     for old_id, task_id in outcome.done.items():
-        # Only from dead: the recorder may already have seen the new job start or finish.
-        Job.objects.filter(task_id=task_id_of(old_id), delivery_id=old_id,
-                           status=Job.Status.DEAD).update(
-            status=Job.Status.READY, task_id=task_id, delivery_id=delivery_id(task_id, 0),
-            next_run_at=now, finished_at=None, updated_at=now)
+        # The row becomes the new job, as the recorder makes it when it sees the replay: same
+        # business key, the new task id, a fresh start. Only from dead, because the recorder may
+        # already have seen the new job run.
+        old_task = task_id_of(old_id)
+        rows = Job.objects.filter(task_id=old_task, delivery_id=old_id, status=Job.Status.DEAD)
+        fresh = {"status": Job.Status.READY, "task_id": task_id,
+                 "delivery_id": delivery_id(task_id, 0), "enqueued_at": now,
+                 "next_run_at": None, "started_at": None, "finished_at": None,
+                 "last_error": "", "external_id": "", "worker": "", "updated_at": now}
+        # a job without a business key is keyed by its task id, which the replay changed
+        rows.filter(job_key=f"task:{old_task}").update(job_key=f"task:{task_id}", **fresh)
+        rows.update(**fresh)
     return outcome
 
 
