@@ -21,6 +21,7 @@ REDIS_URL = os.environ[REDIS_URL_ENV]
 
 app = Celery("fair", broker=REDIS_URL, backend=REDIS_URL)
 app.conf.update(fair_test_conf())
+app.conf.task_routes = {"tests.apps.fair.urgent": {"queue": "critical"}}
 celery_fairqueue.install(app)
 
 _ledger = redis.Redis.from_url(REDIS_URL, decode_responses=True)
@@ -42,7 +43,7 @@ def job(self, account_id: str, n: int, seconds: float = 0.0) -> int:
     return n
 
 
-@app.task(base=FairTask, bind=True, account_arg="account_id", queue="critical")
+@app.task(base=FairTask, bind=True, account_arg="account_id")
 def urgent(self, account_id: str, n: int) -> int:
     _record(f"urgent:{account_id}:{n}", account_id, time.time())
     return n
