@@ -1,0 +1,400 @@
+"""The recorder: applies the event stream (events.py) to the Job and Attempt tables.
+
+It reads batches through the stream's consumer group, folds each batch into the rows it touches
+in memory (one query loads them, one upsert writes them back, all in one transaction) and only
+then acknowledges the events. A database or Redis that is down makes it log, back off and read
+the same unacknowledged events again, so nothing is lost: they are applied when both are back.
+
+One recorder leads at a time. Events must be applied in stream order (a ``running`` applied
+after the ``succeeded`` of the same delivery would show a finished job as running), and a
+consumer group hands different events to different consumers, so several recorders reading at
+once would race. Every recorder therefore takes a Redis lock before reading; the others stand
+by and take over within ``lock_seconds`` when the leader dies, adopting the entries it had read
+but not acknowledged. Applying is also idempotent (a batch applied twice, because its ack was
+lost, gives the same rows) and ignores events older than the job's current delivery.
+
+Events for jobs the database does not know (enqueued before any recorder listened) are skipped
+with a debug log: without their ``enqueued`` event there is no task, queue or account to show.
+Such a job appears once it is enqueued again, e.g. by its next retry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import redis
+from celery import Celery
+from django.db import DatabaseError, InterfaceError, connections, router, transaction
+from django.db.models import Q
+from django.utils import timezone
+from redis.exceptions import LockError
+
+from ...events import Event, EventReader
+from ...publish import get_store
+from .models import Attempt, Job
+
+logger = logging.getLogger(__name__)
+
+Status = Job.Status
+Outcome = Attempt.Outcome
+NO_OUTCOME = "settled without an outcome (revoked or rejected)"
+FINAL = (Status.SUCCEEDED, Status.DEAD)
+JOB_FIELDS = ["task_id", "delivery_id", "task", "queue", "account", "status", "attempts", "args",
+              "enqueued_at", "next_run_at", "started_at", "finished_at", "last_error",
+              "external_id", "worker", "updated_at"]
+DB_ERRORS = (DatabaseError, InterfaceError)
+REDIS_ERRORS = (redis.RedisError,)  # LockError is one too
+
+
+def default_consumer_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _time(seconds: float | None) -> datetime | None:
+    return datetime.fromtimestamp(seconds, UTC) if seconds else None
+
+
+def _retries(delivery_id: str) -> int:
+    """The retry count in a delivery id ``<task id>:<retries>`` (-1 when there is none)."""
+    tail = delivery_id.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
+def _args(event: Event) -> dict:
+    try:
+        shown = json.loads(event.fields.get("args") or "{}")
+    except ValueError:
+        return {}
+    return shown if isinstance(shown, dict) else {"args": shown}
+
+
+class Batch:
+    """The rows one batch of events touches, loaded once, changed in memory, written once."""
+
+    def __init__(self, events: list[Event], db: str) -> None:
+        self.events = events
+        self.db = db
+        self.by_key: dict[str, Job] = {}
+        self.by_task: dict[str, Job] = {}
+        self.attempts: dict[str, list[Attempt]] = {}  # delivery id -> its attempts, oldest first
+        self.dirty: dict[str, Job] = {}
+        self.new_attempts: list[Attempt] = []
+        self.closed_attempts: dict[int, Attempt] = {}
+        self.account_updates: list[tuple[str, dict, dict]] = []
+        self.skipped = 0
+
+    def load(self) -> None:
+        keys = {self.key_of(e) for e in self.events if e.type == "enqueued" and e.task_id}
+        tasks = {e.task_id for e in self.events if e.task_id}
+        if not keys and not tasks:
+            return
+        for job in Job.objects.using(self.db).filter(Q(job_key__in=keys) | Q(task_id__in=tasks)):
+            self.by_key[job.job_key] = job
+            self.by_task[job.task_id] = job
+        deliveries = {e.job_id for e in self.events if e.type != "enqueued" and e.job_id}
+        for attempt in (Attempt.objects.using(self.db).filter(delivery_id__in=deliveries)
+                        .order_by("id")):
+            self.attempts.setdefault(attempt.delivery_id, []).append(attempt)
+
+    @staticmethod
+    def key_of(event: Event) -> str:
+        return event.job_key or f"task:{event.task_id}"
+
+    def apply(self) -> None:
+        for event in self.events:
+            handler: Callable[[Event], None] | None = getattr(self, f"on_{event.type}", None)
+            if handler is None:
+                logger.debug("fairqueue recorder: ignoring event type %r", event.type)
+                continue
+            handler(event)
+
+    def write(self) -> None:
+        now = timezone.now()
+        for update, where, values in self.account_updates:
+            Job.objects.using(self.db).filter(**where).update(**values, updated_at=now)
+            logger.debug("fairqueue recorder: %s %s", update, where)
+        if self.dirty:
+            Job.objects.using(self.db).bulk_create(
+                list(self.dirty.values()), update_conflicts=True, unique_fields=["job_key"],
+                update_fields=JOB_FIELDS)
+        if self.new_attempts:
+            Attempt.objects.using(self.db).bulk_create(self.new_attempts)
+        if self.closed_attempts:
+            Attempt.objects.using(self.db).bulk_update(
+                list(self.closed_attempts.values()), ["outcome", "error", "finished_at"])
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def job_for(self, event: Event) -> Job | None:
+        """The job of a job event, or None when it is unknown or the event is stale."""
+        job = self.by_task.get(event.task_id or "")
+        if job is None:
+            self.skipped += 1
+            logger.debug("fairqueue recorder: %s of unknown job %s skipped", event.type,
+                         event.job_id)
+            return None
+        if _retries(event.job_id or "") < _retries(job.delivery_id):
+            return None  # an earlier delivery's late news: the job has moved on
+        self.dirty[job.job_key] = job
+        return job
+
+    def open_attempt(self, event: Event) -> Attempt | None:
+        attempts = self.attempts.get(event.job_id or "")
+        if attempts and attempts[-1].outcome == Outcome.RUNNING:
+            return attempts[-1]
+        return None
+
+    def close_attempt(self, event: Event, outcome: str, error: str = "") -> None:
+        attempt = self.open_attempt(event)
+        if attempt is None:
+            return
+        attempt.outcome = outcome
+        attempt.error = error
+        attempt.finished_at = _time(event.at)
+        if attempt.pk is not None:
+            self.closed_attempts[attempt.pk] = attempt
+
+    def same_account(self, event: Event) -> list[Job]:
+        return [job for job in self.by_key.values()
+                if job.queue == event.queue and job.account == event.account]
+
+    # -- job events ----------------------------------------------------------------------------
+
+    def on_enqueued(self, event: Event) -> None:
+        if not event.task_id:
+            return
+        key = self.key_of(event)
+        job = self.by_key.get(key)
+        if job is None:
+            job = Job(job_key=key, task_id=event.task_id, enqueued_at=_time(event.at))
+        elif job.task_id != event.task_id:
+            # the key's earlier job is gone (replayed from the dead letters, or done long ago)
+            self.by_task.pop(job.task_id, None)
+            job.task_id, job.enqueued_at = event.task_id, _time(event.at)
+            job.started_at = job.finished_at = None
+            job.last_error = job.external_id = job.worker = ""
+        elif _retries(event.job_id or "") < _retries(job.delivery_id):
+            return
+        job.enqueued_at = job.enqueued_at or _time(event.at)
+        job.delivery_id = event.job_id or ""
+        job.task = event.fields.get("t", "") or job.task
+        job.queue = event.queue or job.queue
+        job.account = event.account or job.account
+        job.args = _args(event)
+        job.attempts = event.attempt - 1
+        due = event.due
+        deferred = due is not None and due > event.at
+        job.status = Status.DEFERRED if deferred else Status.READY
+        job.next_run_at = _time(due) if deferred else None
+        self.by_key[key] = self.by_task[job.task_id] = self.dirty[key] = job
+
+    def on_running(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None or (job.status in FINAL and job.delivery_id == event.job_id):
+            return
+        started = _time(event.at)
+        job.status, job.started_at, job.next_run_at = Status.RUNNING, started, None
+        job.worker = event.fields.get("worker", "")
+        job.attempts = event.attempt
+        job.delivery_id = event.job_id or job.delivery_id
+        attempts = self.attempts.setdefault(job.delivery_id, [])
+        if any(a.started_at == started for a in attempts):
+            return  # this batch was applied before and its ack got lost
+        attempt = Attempt(job=job, number=event.attempt, delivery_id=job.delivery_id,
+                          worker=job.worker, started_at=started)
+        attempts.append(attempt)
+        self.new_attempts.append(attempt)
+
+    def on_succeeded(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None:
+            return
+        job.status, job.finished_at, job.next_run_at = Status.SUCCEEDED, _time(event.at), None
+        job.external_id = event.fields.get("ext", "")
+        self.close_attempt(event, Outcome.SUCCEEDED)
+
+    def on_retrying(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None:
+            return
+        error = event.fields.get("err") or event.fields.get("reason", "")
+        job.last_error = error
+        job.status, job.next_run_at = Status.DEFERRED, _time(event.due)
+        self.close_attempt(event, Outcome.RETRYING, error)
+
+    def on_failed(self, event: Event) -> None:
+        # the dead event follows; failed until then, so a lost dead event still shows a failure
+        job = self.job_for(event)
+        if job is None:
+            return
+        error = event.fields.get("err") or event.fields.get("reason", "")
+        job.last_error = error
+        job.status, job.finished_at = Status.FAILED, _time(event.at)
+        self.close_attempt(event, Outcome.FAILED, error)
+
+    def on_dead(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None:
+            return
+        reason = event.fields.get("reason", "")
+        job.status, job.finished_at, job.next_run_at = Status.DEAD, _time(event.at), None
+        job.last_error = job.last_error or reason
+        self.close_attempt(event, Outcome.DEAD, reason)  # rejected or poison: no failed event
+
+    def on_requeued(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None or job.status in FINAL:
+            return
+        job.status, job.next_run_at = Status.READY, None
+        self.close_attempt(event, Outcome.REQUEUED,
+                           event.fields.get("reason") or "given back by the worker")
+
+    def on_acked(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None or job.status != Status.RUNNING or job.delivery_id != event.job_id:
+            return
+        job.status, job.finished_at, job.last_error = Status.FAILED, _time(event.at), NO_OUTCOME
+        self.close_attempt(event, Outcome.FAILED, NO_OUTCOME)
+
+    # -- account events ------------------------------------------------------------------------
+
+    def on_account_deferred(self, event: Event) -> None:
+        due = _time(event.due)
+        for job in self.same_account(event):
+            if job.status == Status.READY:
+                job.status, job.next_run_at = Status.DEFERRED, due
+                self.dirty[job.job_key] = job
+        self.account_updates.append((
+            "deferred", {"queue": event.queue, "account": event.account, "status": Status.READY},
+            {"status": Status.DEFERRED, "next_run_at": due}))
+
+    def on_account_ready(self, event: Event) -> None:
+        at = _time(event.at)
+        assert at is not None
+        for job in self.same_account(event):
+            if job.status == Status.DEFERRED and job.next_run_at and job.next_run_at <= at:
+                job.status, job.next_run_at = Status.READY, None
+                self.dirty[job.job_key] = job
+        self.account_updates.append((
+            "ready", {"queue": event.queue, "account": event.account,
+                      "status": Status.DEFERRED, "next_run_at__lte": at},
+            {"status": Status.READY, "next_run_at": None}))
+
+
+class Recorder:
+    """Reads the event stream of ``app``'s fair store into the database; see the module doc."""
+
+    def __init__(self, app: Celery, consumer_name: str | None = None, batch: int = 500,
+                 block_ms: int = 500, lock_seconds: float = 30.0,
+                 max_backoff: float = 5.0) -> None:
+        self.app = app
+        self.store = get_store(app)
+        self.reader = EventReader(self.store, consumer_name or default_consumer_name())
+        self.batch = batch
+        self.block_ms = block_ms
+        self.lock_seconds = lock_seconds
+        self.max_backoff = max_backoff
+        self.db = router.db_for_write(Job)
+        self._lock = self.store.client.lock(f"{self.store.keys.tag}:recorder",
+                                            timeout=lock_seconds, thread_local=False)
+        self.leading = False
+        self._group_ready = False
+
+    @property
+    def consumer_name(self) -> str:
+        return self.reader.consumer
+
+    def run_once(self) -> int:
+        """Apply one batch and ack it; returns the events applied (0 while another leads).
+
+        Database and Redis errors propagate, with the batch left pending for the next call.
+        """
+        if not self._group_ready:
+            self.reader.ensure_group()
+            self._group_ready = True
+        if not self._lead():
+            return 0
+        events = self.reader.read(count=self.batch, block_ms=self.block_ms)
+        if events:
+            self.apply(events)
+            self.reader.ack(events)
+        return len(events)
+
+    def apply(self, events: list[Event]) -> Batch:
+        """Write the effect of ``events`` (in stream order) in one transaction."""
+        batch = Batch(events, self.db)
+        with transaction.atomic(using=self.db):
+            batch.load()
+            batch.apply()
+            batch.write()
+        return batch
+
+    def run_forever(self, stop_event: threading.Event) -> None:
+        """Record until ``stop_event`` is set, backing off while the database or Redis is down."""
+        logger.info("fairqueue recorder %s started", self.consumer_name)
+        failures = 0
+        while not stop_event.is_set():
+            try:
+                applied = self.run_once()
+                failures = 0
+                if not self.leading:
+                    stop_event.wait(self.lock_seconds / 3)
+                elif not applied:
+                    stop_event.wait(0.05)  # the read already blocked; this only yields
+            except DB_ERRORS as exc:
+                failures += 1
+                logger.warning("fairqueue recorder: database unavailable (%s); the events stay "
+                               "pending and are applied when it is back", exc)
+                connections[self.db].close()
+                stop_event.wait(self._backoff(failures))
+            except REDIS_ERRORS as exc:
+                failures += 1
+                logger.warning("fairqueue recorder: Redis unavailable (%s); retrying", exc)
+                self._group_ready = self.leading = False  # a restarted Redis lost the group
+                stop_event.wait(self._backoff(failures))
+        self.release()
+        logger.info("fairqueue recorder %s stopped", self.consumer_name)
+
+    def release(self) -> None:
+        """Hand the lead to a standby recorder at once instead of after ``lock_seconds``."""
+        if self.leading:
+            self.leading = False
+            with contextlib.suppress(*REDIS_ERRORS):  # expired or Redis gone: it frees itself
+                self._lock.release()
+        connections[self.db].close()
+
+    def _backoff(self, failures: int) -> float:
+        return min(self.max_backoff, 0.25 * 2 ** (failures - 1))
+
+    def _lead(self) -> bool:
+        if self.leading:
+            try:
+                self._lock.reacquire()
+                return True
+            except LockError:
+                self.leading = False
+                logger.warning("fairqueue recorder %s lost the lead", self.consumer_name)
+        if not self._lock.acquire(blocking=False):
+            return False
+        self.leading = True
+        self._adopt_pending()
+        logger.info("fairqueue recorder %s leads", self.consumer_name)
+        return True
+
+    def _adopt_pending(self) -> None:
+        """Take over the entries an earlier leader read and never acknowledged."""
+        start = "0-0"
+        while True:
+            reply = self.store.client.xautoclaim(
+                self.reader.stream, self.reader.group, self.consumer_name, min_idle_time=0,
+                start_id=start, count=1000)  # JUSTID would hide the cursor (redis-py drops it)
+            start = reply[0]
+            if start == "0-0":
+                return

@@ -1,0 +1,269 @@
+"""The recorder: events in the Redis stream become Job and Attempt rows.
+
+The first tests write events into the stream by hand, so each ordering case is a sentence; the
+later ones run jobs through real workers and read the rows while they run.
+"""
+
+import importlib
+import itertools
+import json
+import time
+import uuid
+
+import pytest
+import redis
+
+from celery_fairqueue.contrib.django.models import Attempt, Job
+from celery_fairqueue.contrib.django.recorder import NO_OUTCOME, Recorder
+from celery_fairqueue.keys import encode_id
+from celery_fairqueue.publish import get_store
+from celery_fairqueue.testing import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+Status = Job.Status
+Outcome = Attempt.Outcome
+VISIBLE_WITHIN = 2.0  # seconds from a transition to its row
+
+
+@pytest.fixture
+def fair(redis_server):
+    return importlib.import_module("tests.apps.fair")
+
+
+@pytest.fixture
+def rel(redis_server):
+    return importlib.import_module("tests.apps.reliable")
+
+
+class Stream:
+    """Writes events as the store's scripts do, with times the test chooses."""
+
+    def __init__(self, app, client):
+        self.client = client
+        self.key = get_store(app).keys.events
+        self.clock = itertools.count(1_700_000_000)
+
+    def send(self, type_, **fields):
+        fields = {"e": type_, "at": next(self.clock), **fields}
+        self.client.xadd(self.key, {k: str(v) for k, v in fields.items()})
+        return fields
+
+    def enqueue(self, task_id=None, retries=0, account="acme", key="-", due=None, **fields):
+        task_id = task_id or uuid.uuid4().hex
+        at = next(self.clock)
+        self.send("enqueued", job=f"{task_id}:{retries}", q=encode_id("default"),
+                  a=encode_id(account), k=key, t="tests.apps.fair.job",
+                  args=json.dumps({"account_id": account, "n": 1}), at=at, due=due or at)
+        return task_id
+
+
+@pytest.fixture
+def stream(fair, redis_client):
+    return Stream(fair.app, redis_client)
+
+
+@pytest.fixture
+def recorder(fair, make_recorder) -> Recorder:
+    return make_recorder(fair.app)
+
+
+def drain(recorder: Recorder) -> int:
+    total = 0
+    while applied := recorder.run_once():
+        total += applied
+    return total
+
+
+def test_enqueued_job_is_ready_with_its_arguments(database, stream, recorder):
+    task_id = stream.enqueue(account="ac/me ü")
+    assert drain(recorder) == 1
+    job = Job.objects.get()
+    assert job.job_key == f"task:{task_id}" and job.delivery_id == f"{task_id}:0"
+    assert (job.status, job.account, job.queue, job.attempts) == (Status.READY, "ac/me ü",
+                                                                  "default", 0)
+    assert job.args == {"account_id": "ac/me ü", "n": 1}
+    assert job.enqueued_at.timestamp() == pytest.approx(1_700_000_000, abs=5)
+    assert recorder.reader.backlog() == 0
+
+
+def test_job_due_later_is_deferred_until_then(stream, recorder):
+    stream.enqueue(key="k1", due=1_800_000_000)
+    drain(recorder)
+    job = Job.objects.get(job_key="k1")
+    assert job.status == Status.DEFERRED and job.next_run_at.timestamp() == 1_800_000_000
+
+
+def test_retry_then_success_keeps_the_attempt_history(database, stream, recorder):
+    task_id = stream.enqueue(key="k2")
+    first, second = f"{task_id}:0", f"{task_id}:1"
+    stream.send("running", job=first, worker="w1")
+    stream.send("retrying", job=first, err="TimeoutError: upstream timed out",
+                reason="timeout", due=1_800_000_000)
+    stream.enqueue(task_id, retries=1, key="k2", due=1_800_000_000)
+    stream.send("acked", job=first)  # the first delivery settles after its retry was stored
+    drain(recorder)
+    job = Job.objects.get()
+    assert job.status == Status.DEFERRED and job.attempts == 1
+    assert job.last_error == "TimeoutError: upstream timed out"
+    stream.send("running", job=second, worker="w2")
+    stream.send("succeeded", job=second, ext="msg-1")
+    stream.send("acked", job=second)
+    drain(recorder)
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.external_id) == (Status.SUCCEEDED, 2, "msg-1")
+    assert job.enqueued_at.timestamp() == 1_700_000_000  # the first enqueue, not the retry's
+    history = list(job.attempt_history.values_list("number", "delivery_id", "worker", "outcome",
+                                                   "error"))
+    assert history == [(1, first, "w1", Outcome.RETRYING, "TimeoutError: upstream timed out"),
+                       (2, second, "w2", Outcome.SUCCEEDED, "")]
+
+
+def test_dead_job_keeps_its_last_error(stream, recorder):
+    task_id = stream.enqueue(key="k3")
+    stream.send("running", job=f"{task_id}:0", worker="w")
+    stream.send("failed", job=f"{task_id}:0", err="PermanentError: lead 3 was deleted",
+                reason="permanent: lead 3 was deleted")
+    stream.send("dead", job=f"{task_id}:0", reason="permanent: lead 3 was deleted")
+    stream.send("acked", job=f"{task_id}:0")
+    drain(recorder)
+    job = Job.objects.get()
+    assert job.status == Status.DEAD and job.finished_at is not None
+    assert job.last_error == "PermanentError: lead 3 was deleted"
+    assert job.attempt_history.get().outcome == Outcome.FAILED
+
+
+def test_rejected_job_is_dead_with_the_reason_as_error(stream, recorder):
+    task_id = stream.enqueue()
+    stream.send("running", job=f"{task_id}:0", worker="w")
+    stream.send("dead", job=f"{task_id}:0", reason="unknown task")
+    drain(recorder)
+    job = Job.objects.get()
+    assert (job.status, job.last_error) == (Status.DEAD, "unknown task")
+    assert job.attempt_history.get().outcome == Outcome.DEAD
+
+
+def test_job_settled_without_an_outcome_is_failed(stream, recorder):
+    task_id = stream.enqueue()
+    stream.send("running", job=f"{task_id}:0", worker="w")
+    stream.send("acked", job=f"{task_id}:0")
+    drain(recorder)
+    job = Job.objects.get()
+    assert (job.status, job.last_error) == (Status.FAILED, NO_OUTCOME)
+    assert job.attempt_history.get().outcome == Outcome.FAILED
+
+
+def test_requeued_job_is_ready_again_and_its_attempt_says_why(stream, recorder):
+    task_id = stream.enqueue()
+    stream.send("running", job=f"{task_id}:0", worker="w1")
+    stream.send("requeued", job=f"{task_id}:0", reason="lease expired")
+    drain(recorder)
+    job = Job.objects.get()
+    assert job.status == Status.READY
+    assert list(job.attempt_history.values_list("outcome", "error")) == [
+        (Outcome.REQUEUED, "lease expired")]
+    stream.send("running", job=f"{task_id}:0", worker="w2")
+    stream.send("succeeded", job=f"{task_id}:0")
+    drain(recorder)
+    assert list(job.attempt_history.values_list("worker", "outcome")) == [
+        ("w1", Outcome.REQUEUED), ("w2", Outcome.SUCCEEDED)]
+
+
+def test_events_of_jobs_enqueued_before_any_recorder_are_skipped(stream, recorder):
+    stream.send("running", job="unknown:0", worker="w")
+    stream.send("succeeded", job="unknown:0")
+    stream.send("dead", job="unknown:1", reason="poison")
+    assert drain(recorder) == 3
+    assert not Job.objects.exists() and recorder.reader.backlog() == 0
+
+
+def test_a_replayed_dead_job_is_the_same_row_enqueued_afresh(stream, recorder):
+    old = stream.enqueue(key="k4")
+    stream.send("running", job=f"{old}:0", worker="w")
+    stream.send("failed", job=f"{old}:0", err="Boom: 1", reason="permanent")
+    stream.send("dead", job=f"{old}:0", reason="permanent")
+    drain(recorder)
+    new = stream.enqueue(key="k4")
+    drain(recorder)
+    job = Job.objects.get()
+    assert (job.task_id, job.status, job.attempts, job.last_error) == (new, Status.READY, 0, "")
+    assert job.enqueued_at.timestamp() > 1_700_000_000 + 3
+
+
+def test_late_news_of_an_earlier_delivery_does_not_move_the_job_back(stream, recorder):
+    task_id = stream.enqueue(key="k5")
+    stream.enqueue(task_id, retries=1, key="k5")
+    stream.send("running", job=f"{task_id}:1", worker="w")
+    stream.send("succeeded", job=f"{task_id}:1")
+    drain(recorder)
+    stream.enqueue(task_id, retries=0, key="k5")
+    stream.send("running", job=f"{task_id}:0", worker="w")
+    stream.send("requeued", job=f"{task_id}:1")
+    drain(recorder)
+    job = Job.objects.get()
+    assert (job.status, job.delivery_id) == (Status.SUCCEEDED, f"{task_id}:1")
+    assert job.attempt_history.count() == 1
+
+
+def test_a_batch_applied_twice_gives_the_same_rows(stream, recorder, redis_client):
+    task_id = stream.enqueue(key="k6")
+    stream.send("running", job=f"{task_id}:0", worker="w")
+    events = recorder.reader.read(count=10, block_ms=10)
+    recorder.apply(events)  # ... and the ack was lost: the events are read again
+    assert recorder.run_once() == 2
+    job = Job.objects.get()
+    assert job.status == Status.RUNNING and job.attempt_history.count() == 1
+
+
+def test_rate_limited_account_is_deferred_then_ready(database, stream, recorder):
+    stream.enqueue(key="a1", account="whale")
+    stream.enqueue(key="a2", account="whale")
+    stream.enqueue(key="b1", account="minnow")
+    drain(recorder)  # the account event meets rows already stored ...
+    stream.enqueue(key="a3", account="whale")  # ... and one stored in its own batch
+    deferral = stream.send("account_deferred", q=encode_id("default"), a=encode_id("whale"),
+                           due=1_800_000_000)
+    drain(recorder)
+    rows = dict(Job.objects.values_list("job_key", "status"))
+    assert rows == {"a1": Status.DEFERRED, "a2": Status.DEFERRED, "a3": Status.DEFERRED,
+                    "b1": Status.READY}
+    assert {j.next_run_at.timestamp() for j in Job.objects.filter(account="whale")} == {
+        deferral["due"]}
+    stream.send("account_ready", q=encode_id("default"), a=encode_id("whale"), at=1_800_000_001)
+    drain(recorder)
+    assert set(Job.objects.values_list("status", flat=True)) == {Status.READY}
+    assert not Job.objects.filter(next_run_at__isnull=False).exists()
+
+
+def test_one_recorder_leads_and_a_standby_takes_over_its_unacked_events(
+        stream, make_recorder, fair):
+    leader, standby = make_recorder(fair.app, "one"), make_recorder(fair.app, "two")
+    stream.enqueue(key="k7")
+    assert leader.run_once() == 1
+    task_id = stream.enqueue(key="k8")
+    stream.send("running", job=f"{task_id}:0", worker="w")
+    assert standby.run_once() == 0 and not standby.leading
+    leader.reader.read(count=10, block_ms=10)  # read, then the leader dies before applying
+    leader.release()
+    assert standby.run_once() == 2 and standby.leading
+    assert Job.objects.get(job_key="k8").status == Status.RUNNING
+
+
+def test_recorder_carries_on_after_redis_was_away(redis_server, stream, start_recorder, fair,
+                                                  redis_client):
+    start_recorder(fair.app)
+    stream.enqueue(key="before")
+    assert wait_until(lambda: Job.objects.filter(job_key="before").exists(), VISIBLE_WITHIN)
+    redis_server.stop()
+    time.sleep(1.0)
+    redis_server.start()  # empty: it kept nothing, so the recorder must recreate its group
+    assert wait_until(lambda: _exists(redis_client, stream.key), 15)
+    stream.enqueue(key="after")
+    assert wait_until(lambda: Job.objects.filter(job_key="after").exists(), VISIBLE_WITHIN)
+
+
+def _exists(client, key):
+    try:
+        return bool(client.exists(key))
+    except redis.ConnectionError:
+        return False
