@@ -148,6 +148,11 @@ class Keys:
         return self._key("events")
 
     @cached_property
+    def instance(self) -> str:
+        """A random id written once: if it changes or vanishes, Redis lost the store's data."""
+        return self._key("instance")
+
+    @cached_property
     def stats(self) -> str:
         """Hash of counters: enqueued, claimed, deferred, requeued, reaped, dead."""
         return self._key("stats")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -279,6 +280,11 @@ class FairStore:
         self._run("wake", [self.keys.queue(q) for q in queues], [encoded_account])
 
     # -- inspection ----------------------------------------------------------------------------
+
+    def instance(self) -> str:
+        """The store's instance id, created on first use; a new one means the data was lost."""
+        self.client.set(self.keys.instance, uuid.uuid4().hex, nx=True)
+        return str(self.client.get(self.keys.instance))
 
     def server_time(self) -> float:
         seconds, micros = self.client.time()

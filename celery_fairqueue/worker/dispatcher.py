@@ -20,6 +20,7 @@ from typing import Any
 from celery.worker import state as worker_state
 from kombu.message import Message
 from kombu.serialization import loads
+from kombu.utils.url import maybe_sanitize_url
 
 from ..envelope import JSON_CONTENT_TYPE, Envelope
 from ..errors import FairqueueError
@@ -62,6 +63,7 @@ class FairDispatcher:
         self._due_at = 0.0
         self._stopping = threading.Event()
         self._maintainer: threading.Thread | None = None
+        self._instance: str | None = None  # see _check_instance
         self._default_limit = ""
         self._default_limit_at = 0.0
 
@@ -78,6 +80,9 @@ class FairDispatcher:
         c.hub.add_reader(self._wake_r, self._on_wake)
         self._timer = c.timer.call_repeatedly(self.settings.poll_interval, self.claim)
         self.claiming = True
+        if self._instance is None:
+            with contextlib.suppress(FairqueueError, OSError):
+                self._instance = self.store.instance()
         if self._maintainer is None:
             self._maintainer = threading.Thread(
                 target=self._maintain, name="fairqueue-maintenance", daemon=True)
@@ -239,6 +244,16 @@ class FairDispatcher:
 
     # -- maintenance thread --------------------------------------------------------------------
 
+    def _check_instance(self) -> None:
+        """Report loudly when Redis lost the fair store (restarted without persistence)."""
+        current = self.store.instance()
+        if self._instance is not None and current != self._instance:
+            logger.error(
+                "fairqueue: the fair store at %s lost its data (instance %s is now %s): jobs "
+                "enqueued or running before were lost with it; run Redis with appendonly yes",
+                maybe_sanitize_url(self.settings.redis_url or ""), self._instance, current)
+        self._instance = current
+
     def _maintain(self) -> None:
         s = self.settings
         tick = min(s.heartbeat_interval, s.reap_interval)
@@ -248,6 +263,7 @@ class FairDispatcher:
             try:
                 if now - last_beat >= s.heartbeat_interval:
                     last_beat = now
+                    self._check_instance()
                     for job_id in self.store.extend(self.token, list(self.held)):
                         logger.warning("fairqueue: lease of running job %s was lost", job_id)
                 if now - last_reap >= s.reap_interval:
