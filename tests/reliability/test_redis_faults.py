@@ -67,7 +67,8 @@ def test_restart_without_persistence_is_detected_and_reported(session_redis, fai
     server.start()
     assert wait_until(lambda: "lost its data" in worker.log_path.read_text(), timeout=20), \
         worker.log_tail()
-    line = next(l for l in worker.log_path.read_text().splitlines() if "lost its data" in l)
+    line = next(text for text in worker.log_path.read_text().splitlines()
+                if "lost its data" in text)
     print(f"\nredis restart without persistence: reported: {line.split('fairqueue: ')[1][:90]}...")
     assert "appendonly" in line
     worker.kill()
