@@ -114,11 +114,12 @@ class AttemptInline(admin.TabularInline):
 class JobAdmin(admin.ModelAdmin):
     """Every recorded job, read-only: what the recorder saw happen."""
 
-    list_display = ("task_name", "account", "status_badge", "attempts", "queue", "next_run_at",
-                    "age", "error_short")
-    list_filter = (AccountFilter, "status", ("task", admin.AllValuesFieldListFilter),
-                   ("queue", admin.AllValuesFieldListFilter),
-                   ("enqueued_at", admin.DateFieldListFilter))
+    list_display: tuple[str, ...] = (
+        "task_name", "account", "status_badge", "attempts", "queue", "next_run_at", "age",
+        "error_short")
+    list_filter: tuple[Any, ...] = (
+        AccountFilter, "status", ("task", admin.AllValuesFieldListFilter),
+        ("queue", admin.AllValuesFieldListFilter), ("enqueued_at", admin.DateFieldListFilter))
     search_fields = ("^job_key", "=task_id", "^account")
     search_help_text = "Job key or account (prefix), or task id (exact)."
     show_full_result_count = False  # a COUNT(*) over every job on each page is not free

@@ -8,11 +8,9 @@ forget to.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
-from django.contrib.auth.base_user import AbstractBaseUser
-from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
@@ -33,7 +31,13 @@ PURGE_PERMISSION = "celery_fairqueue.purge_job"
 OVERVIEW_PAGE_SIZE = 100
 OVERVIEW_COUNTS = ("ready", "deferred", "running", "failed", "dead")
 
-User = AbstractBaseUser | AnonymousUser
+
+class User(Protocol):
+    """Whom replay and purge act for: a Django user, or the anonymous one."""
+
+    is_active: bool
+
+    def has_perm(self, perm: str, obj: Any = None) -> bool: ...
 
 
 def require(user: User, permission: str) -> None:
