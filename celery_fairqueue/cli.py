@@ -6,7 +6,8 @@ Whoever can run this command can reach Redis and the Celery app, so it checks no
 permissions; ``manage.py fairqueue`` is the command that does. Arguments of jobs are shown only
 with ``--show-args``, and then masked by the task's ``redact`` names.
 
-The report functions below are shared with ``manage.py fairqueue``.
+The reports and the batch replay and purge below are shared with ``manage.py fairqueue``
+and the admin.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from .tables import ago, duration, moment, render
 HIDDEN_ARGS = "(hidden: --show-args shows them, redacted)"
 
 
-# -- reports, shared with manage.py fairqueue ---------------------------------------------------
+# -- reports and batch operations, shared with manage.py fairqueue and the admin ---------------
 
 
 def status_report(app: Celery, status: StoreStatus) -> str:
@@ -223,7 +224,7 @@ def fairqueue(ctx: click.Context, **kwargs: Any) -> None:
 
 @fairqueue.command(cls=StoreCommand)
 @queues_option
-@click.option("--paused", cls=CeleryOption, type=int, default=10, show_default=True,
+@click.option("--paused", cls=CeleryOption, type=click.IntRange(1), default=10, show_default=True,
               help_group="Store Options", help="Paused accounts to list per queue.")
 @click.pass_context
 def status(ctx: click.Context, queues: list[str] | None, paused: int, **kwargs: Any) -> None:

@@ -45,7 +45,11 @@ STATUS_COLOURS = {
     Job.Status.FAILED: "#c05600",
     Job.Status.DEAD: "#b00020",
 }
-ERROR_COLUMN_WIDTH = 60
+ERROR_COLUMN_WIDTH = 40
+
+
+def nowrap(text: str) -> str:
+    return format_html('<span style="white-space:nowrap">{}</span>', text)
 
 
 def status_badge(status: str) -> str:
@@ -170,7 +174,7 @@ class JobAdmin(admin.ModelAdmin):
     def age(self, job: Job) -> str:
         if job.enqueued_at is None:
             return "-"
-        return duration((timezone.now() - job.enqueued_at).total_seconds())
+        return nowrap(duration((timezone.now() - job.enqueued_at).total_seconds()))
 
     @admin.display(description="last error")
     def error_short(self, job: Job) -> str:
@@ -208,7 +212,7 @@ class DeadJobAdmin(JobAdmin):
     def died(self, job: Job) -> str:
         if job.finished_at is None:
             return "-"
-        return f"{duration((timezone.now() - job.finished_at).total_seconds())} ago"
+        return nowrap(f"{duration((timezone.now() - job.finished_at).total_seconds())} ago")
 
     @admin.action(description="Replay the selected dead letters", permissions=["replay"])
     def replay(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
