@@ -301,7 +301,7 @@ def dlq_replay(ctx: click.Context, job_ids: tuple[str, ...], **kwargs: Any) -> N
 
 @dlq.command(name="purge", cls=StoreCommand)
 @click.argument("job_ids", nargs=-1)
-@click.option("--older-than", cls=CeleryOption, type=click.FloatRange(0),
+@click.option("--older-than", cls=CeleryOption, type=click.FloatRange(0), metavar="SECONDS",
               help_group="Dead Letter Options",
               help="Purge every dead letter that died more than SECONDS ago.")
 @click.option("--yes", cls=CeleryOption, is_flag=True, help_group="Dead Letter Options",
