@@ -1,0 +1,58 @@
+"""Two workers whose clocks are 30 s ahead and 30 s behind: leases and buckets still hold,
+because every lease deadline and token is timed by Redis's clock, not the worker's."""
+
+import importlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from celery_fairqueue import set_account_limit
+from celery_fairqueue.testing import wait_until
+
+APP = "tests.apps.fair"
+LIBFAKETIME = next(iter(Path("/usr/lib").glob("*/faketime/libfaketime.so.1")), None)
+
+pytestmark = pytest.mark.skipif(
+    LIBFAKETIME is None or shutil.which("faketime") is None,
+    reason="Debian's faketime is not installed (make services installs it)")
+
+
+def skewed(offset: str) -> dict:
+    return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": offset, "FAKETIME_DONT_RESET": "1",
+            "FQ_LEASE_SECONDS": "4", "FQ_HEARTBEAT_SECONDS": "1"}
+
+
+@pytest.fixture
+def fair(redis_server):
+    return importlib.import_module(APP)
+
+
+def test_skewed_workers_keep_leases_and_the_rate_limit(fair, celery_worker_factory,
+                                                       redis_client, ledger):
+    set_account_limit(fair.app, "limited", rate="5/s", burst=1)
+    for n in range(6):
+        fair.job.delay("slow", n, 6.0)  # runs past its 4 s lease: only heartbeats keep it
+    behind = celery_worker_factory(APP, concurrency=4, env=skewed("-30s"))
+    ahead = celery_worker_factory(APP, concurrency=4, env=skewed("+30s"))
+    for n in range(6):  # the bucket is last touched by whichever worker...
+        fair.job.delay("limited", n)
+    assert wait_until(lambda: sum(k.startswith("limited") for k in ledger.counts()) == 6,
+                      timeout=20)
+    behind.stop()  # ...and then only the worker 60 s ahead of it takes tokens
+    for n in range(6, 26):
+        fair.job.delay("limited", n)
+    assert wait_until(lambda: len(ledger.counts()) == 32, timeout=60)
+    runs = [json.loads(r) for r in redis_client.lrange("runs", 0, -1)]
+    duplicates = {k: v for k, v in ledger.counts().items() if v > 1}
+    starts = {k: int(v) for k, v in redis_client.hgetall("starts").items()}
+    reran = [k for k in starts if k.startswith("slow") and starts[k] > 1]
+    # the workers' own clocks differ by 60 s, so the rate is measured on Redis's clock
+    late = sorted(run["redis_end"] for run in runs
+                  if run["account"] == "limited" and int(run["key"].split(":")[1]) >= 6)
+    rate = (len(late) - 1) / (late[-1] - late[0])
+    print(f"\nclock skew +-30 s: 32 jobs, {len(duplicates)} duplicates, {len(reran)} long jobs "
+          f"re-run by a skewed reaper, 5/s limit achieved {rate:.2f}/s by the worker 60 s ahead")
+    assert not duplicates and not reran and ahead.is_alive()
+    assert 4.0 <= rate <= 5.5
