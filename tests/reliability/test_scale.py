@@ -1,0 +1,59 @@
+"""Many accounts: the store's memory per pending job, and no key left behind once jobs finish."""
+
+import importlib
+import time
+
+import pytest
+
+from celery_fairqueue.envelope import Envelope
+from celery_fairqueue.limits import AccountLimit
+from celery_fairqueue.testing import wait_until
+from tests.integration.conftest import make_store  # noqa: F401  (the fixture)
+
+ACCOUNTS = 20_000  # bench/throughput.py runs 100,000
+#: What stays in Redis when every job is done and its key's retention has passed.
+BOOKKEEPING = {"{fairqueue}:seq", "{fairqueue}:queues", "{fairqueue}:stats",
+               "{fairqueue}:instance"}
+
+
+def test_many_accounts_cost_little_memory_and_leave_no_keys_behind(make_store, redis_client):
+    store = make_store(job_retention=0.5)
+    envelope = Envelope(body="[[], {}, {}]", headers={"task": "t", "id": "x"}).to_json()
+    before = int(redis_client.info("memory")["used_memory"])
+    for n in range(ACCOUNTS):
+        store.enqueue(queue="celery", account=f"account-{n}", job_id=f"job-{n}:0",
+                      envelope=envelope, job_key=f"key-{n}")
+    per_job = (int(redis_client.info("memory")["used_memory"]) - before) / ACCOUNTS
+    no_limit = AccountLimit().pack(0)
+    done = 0
+    while jobs := store.claim(["celery"], 64, "scale", no_limit):
+        for job in jobs:
+            assert store.ack(job.queue, job.account, job.job_id, "scale")
+            done += 1
+    time.sleep(0.6)
+    while store.trim_done(batch=5000):
+        pass
+    left = set(redis_client.keys("*"))
+    print(f"\nscale: {ACCOUNTS} accounts with a ready job, {per_job:.0f} B of Redis per pending "
+          f"job, {done} done, keys left after retention: {sorted(left)}")
+    assert done == ACCOUNTS
+    assert left <= BOOKKEEPING
+
+
+@pytest.fixture
+def fair(redis_server):
+    return importlib.import_module("tests.apps.fair")
+
+
+def test_jobs_run_by_a_worker_leave_no_keys_behind(fair, celery_worker_factory, redis_client,
+                                                   ledger):
+    celery_worker_factory("tests.apps.fair", concurrency=4)
+    test_keys = {"ledger", "runs", "starts"}
+    for n in range(300):
+        fair.job.delay(f"acct{n}", n)
+    assert wait_until(lambda: len(ledger.counts()) == 300, timeout=60)
+    assert wait_until(lambda: not redis_client.exists("{fairqueue}:leases"), timeout=10)
+    left = {key for key in redis_client.keys("*")
+            if not key.startswith("celery-task-meta-") and key not in test_keys}
+    assert "{fairqueue}:jobs" not in left and "{fairqueue}:meta" not in left
+    assert not any(key.startswith("{fairqueue}:q:") for key in left), left
