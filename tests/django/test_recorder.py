@@ -4,20 +4,31 @@ The first tests write events into the stream by hand, so each ordering case is a
 later ones run jobs through real workers and read the rows while they run.
 """
 
+import contextlib
 import importlib
 import itertools
 import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
 import time
 import uuid
 
 import pytest
 import redis
+from django.db import connections
+from django.utils import timezone
 
+import celery_fairqueue
+from celery_fairqueue.contrib.django import queries
 from celery_fairqueue.contrib.django.models import Attempt, Job
 from celery_fairqueue.contrib.django.recorder import NO_OUTCOME, Recorder
 from celery_fairqueue.keys import encode_id
 from celery_fairqueue.publish import get_store
-from celery_fairqueue.testing import wait_until
+from celery_fairqueue.testing import REDIS_URL_ENV, wait_until
+from tests.django.conftest import listen
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -223,10 +234,11 @@ def test_rate_limited_account_is_deferred_then_ready(database, stream, recorder)
     stream.enqueue(key="a3", account="whale")  # ... and one stored in its own batch
     deferral = stream.send("account_deferred", q=encode_id("default"), a=encode_id("whale"),
                            due=1_800_000_000)
+    stream.enqueue(key="a4", account="whale")  # joins the paused account: waits with it
     drain(recorder)
     rows = dict(Job.objects.values_list("job_key", "status"))
     assert rows == {"a1": Status.DEFERRED, "a2": Status.DEFERRED, "a3": Status.DEFERRED,
-                    "b1": Status.READY}
+                    "a4": Status.DEFERRED, "b1": Status.READY}
     assert {j.next_run_at.timestamp() for j in Job.objects.filter(account="whale")} == {
         deferral["due"]}
     stream.send("account_ready", q=encode_id("default"), a=encode_id("whale"), at=1_800_000_001)
@@ -267,3 +279,154 @@ def _exists(client, key):
         return bool(client.exists(key))
     except redis.ConnectionError:
         return False
+
+
+# -- real workers ------------------------------------------------------------------------------
+
+
+def rows_where(timeout=VISIBLE_WITHIN, **lookup):
+    """Wait until a job row matches ``lookup``; return it (None after ``timeout``)."""
+    found = []
+
+    def match():
+        found[:] = Job.objects.filter(**lookup)[:1]
+        return bool(found)
+
+    return found[0] if wait_until(match, timeout) else None
+
+
+def test_jobs_through_a_real_worker_end_up_with_their_rows(database, rel, start_recorder,
+                                                           celery_worker_factory, redis_client):
+    redis_client.set("fail:2", "retry:1")
+    redis_client.set("fail:3", "permanent")
+    start_recorder(rel.app)
+    celery_worker_factory("tests.apps.reliable")
+    ok, retried, dead = (rel.send_message.delay("acme", n) for n in (1, 2, 3))
+    ok.get(timeout=20)
+    assert rows_where(task_id=ok.id, status=Status.SUCCEEDED, attempts=1), "not within 2 s"
+    retried.get(timeout=20)
+    job = rows_where(task_id=retried.id, status=Status.SUCCEEDED)
+    assert job and job.attempts == 2 and job.external_id == ""
+    assert list(job.attempt_history.values_list("number", "outcome")) == [
+        (1, Outcome.RETRYING), (2, Outcome.SUCCEEDED)]
+    assert job.attempt_history.first().error == "TimeoutError: upstream timed out"
+    assert job.job_key == rel.send_message.business_key("acme", ("acme", 2), {})
+    with pytest.raises(rel.PermanentError):
+        dead.get(timeout=20)
+    job = rows_where(task_id=dead.id, status=Status.DEAD)
+    assert job and job.last_error == "PermanentError: lead 3 was deleted"
+    assert job.args == {"account_id": "acme", "lead_id": 3}
+    assert Job.objects.count() == 3
+
+
+def test_rate_limited_jobs_are_deferred_with_their_next_run(database, fair, start_recorder,
+                                                            celery_worker_factory):
+    celery_fairqueue.set_account_limit(fair.app, "whale", rate="1/m", burst=1)
+    start_recorder(fair.app)
+    celery_worker_factory("tests.apps.fair")
+    first = fair.job.delay("whale", 0)
+    first.get(timeout=20)
+    fair.job.delay("whale", 1)  # the account runs out of tokens ...
+    fair.job.delay("whale", 2)  # ... and this one joins it while it is paused
+    assert wait_until(lambda: Job.objects.filter(status=Status.DEFERRED).count() == 2,
+                      VISIBLE_WITHIN)
+    for job in Job.objects.filter(status=Status.DEFERRED):
+        assert 50 < (job.next_run_at - timezone.now()).total_seconds() <= 60
+    assert queries.account_overview()[0]["deferred"] == 2
+
+
+DOWN_SECONDS = float(os.environ.get("FQ_DB_DOWN_SECONDS", "5"))  # 30 for the long scenario
+
+
+def run_jobs_while(outage, app, seconds, n=10):
+    """Run ``n`` jobs through a worker while ``outage`` keeps the database away for ``seconds``;
+    afterwards every one of them must be recorded, attempts included."""
+    fair = importlib.import_module("tests.apps.fair")
+    with outage():
+        started = time.monotonic()
+        for result in [fair.job.delay("acme", i) for i in range(n)]:
+            result.get(timeout=30)
+        time.sleep(max(0.0, seconds - (time.monotonic() - started)))
+    assert wait_until(lambda: Job.objects.filter(status=Status.SUCCEEDED).count() == n, 30)
+    assert Attempt.objects.filter(outcome=Outcome.SUCCEEDED).count() == n
+
+
+@pytest.mark.parametrize("database", ["default"], indirect=True)
+@pytest.mark.parametrize("down_seconds", [3.0])
+def test_recorder_catches_up_after_sqlite_was_locked(database, fair, start_recorder,
+                                                     celery_worker_factory, caplog,
+                                                     down_seconds):
+    if connections[database].vendor != "sqlite":
+        pytest.skip("the suite runs on PostgreSQL; the next test stops it instead")
+    path = connections[database].settings_dict["NAME"]
+
+    @contextlib.contextmanager
+    def locked():
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")
+        try:
+            yield
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+
+    start_recorder(fair.app)
+    celery_worker_factory("tests.apps.fair")
+    run_jobs_while(locked, fair.app, down_seconds)
+    assert "database unavailable" in caplog.text
+
+
+@pytest.mark.parametrize("database", ["postgres"], indirect=True)
+@pytest.mark.parametrize("down_seconds", [DOWN_SECONDS])
+def test_recorder_catches_up_after_postgres_was_down(database, fair, start_recorder,
+                                                     celery_worker_factory, pg_server, caplog,
+                                                     down_seconds):
+    @contextlib.contextmanager
+    def stopped():
+        connections[database].close()
+        pg_server.stop()
+        try:
+            yield
+        finally:
+            pg_server.start()
+
+    start_recorder(fair.app)
+    celery_worker_factory("tests.apps.fair")
+    run_jobs_while(stopped, fair.app, down_seconds)
+    assert "database unavailable" in caplog.text
+
+
+def test_workers_with_the_recorder_step_record_one_at_a_time(database, db_env, redis_client,
+                                                             celery_worker_factory):
+    recorded = importlib.import_module("tests.apps.recorded")
+    env = {**db_env, "FQ_RECORDER": "1"}
+    workers = [celery_worker_factory("tests.apps.recorded", env=env) for _ in range(2)]
+    events = get_store(recorded.app).keys.events
+    assert wait_until(lambda: redis_client.exists(events), 10), "no worker created the stream"
+    listen(recorded.app)
+    for result in [recorded.job.delay("acme", n) for n in range(5)]:
+        result.get(timeout=20)
+    assert wait_until(lambda: Job.objects.filter(status=Status.SUCCEEDED).count() == 5,
+                      VISIBLE_WITHIN)
+    leaders = [w for w in workers if f"fairqueue recorder {w.hostname} leads" in w.log_tail(200)]
+    assert len(leaders) == 1
+
+
+def test_the_management_command_records_until_sigterm(database, db_env, fair, redis_server,
+                                                      redis_client, request):
+    env = {**os.environ, **db_env, REDIS_URL_ENV: redis_server.url,
+           "PYTHONPATH": str(request.config.rootpath)}
+    command = subprocess.Popen(
+        [sys.executable, "-m", "django", "fairqueue_recorder", "--block-ms", "100",
+         "--settings", "tests.django.settings"],
+        env=env, cwd=request.config.rootpath, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert wait_until(lambda: redis_client.exists(get_store(fair.app).keys.events), 15)
+        listen(fair.app)
+        result = fair.job.delay("acme", 1)
+        assert rows_where(task_id=result.id, status=Status.READY)
+        command.send_signal(signal.SIGTERM)
+        assert command.wait(10) == 0
+    finally:
+        command.kill()
+    assert b"recording" in command.stdout.read()

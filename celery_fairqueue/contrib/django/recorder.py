@@ -13,6 +13,11 @@ by and take over within ``lock_seconds`` when the leader dies, adopting the entr
 but not acknowledged. Applying is also idempotent (a batch applied twice, because its ack was
 lost, gives the same rows) and ignores events older than the job's current delivery.
 
+A job enqueued while its account is paused by a limit is ready in Redis but waits for the
+account: the recorder remembers the pauses it saw (``account_deferred`` until ``account_ready``)
+and records such a job as deferred until the pause ends. A recorder that takes over has not
+seen the pauses before it, so until their end it may show such jobs as ready.
+
 Events for jobs the database does not know (enqueued before any recorder listened) are skipped
 with a debug log: without their ``enqueued`` event there is no task, queue or account to show.
 Such a job appears once it is enqueued again, e.g. by its next retry.
@@ -78,9 +83,11 @@ def _args(event: Event) -> dict:
 class Batch:
     """The rows one batch of events touches, loaded once, changed in memory, written once."""
 
-    def __init__(self, events: list[Event], db: str) -> None:
+    def __init__(self, events: list[Event], db: str,
+                 paused: dict[tuple[str, str], datetime] | None = None) -> None:
         self.events = events
         self.db = db
+        self.paused = {} if paused is None else paused  # (queue, account) -> pause ends
         self.by_key: dict[str, Job] = {}
         self.by_task: dict[str, Job] = {}
         self.attempts: dict[str, list[Attempt]] = {}  # delivery id -> its attempts, oldest first
@@ -189,10 +196,12 @@ class Batch:
         job.account = event.account or job.account
         job.args = _args(event)
         job.attempts = event.attempt - 1
-        due = event.due
-        deferred = due is not None and due > event.at
-        job.status = Status.DEFERRED if deferred else Status.READY
-        job.next_run_at = _time(due) if deferred else None
+        due = _time(event.due) if event.due and event.due > event.at else None
+        pause_ends = self.paused.get((job.queue, job.account))
+        if pause_ends and pause_ends > (due or _time(event.at)):  # type: ignore[operator]
+            due = pause_ends  # ready in Redis, but its account waits for its limit
+        job.status = Status.DEFERRED if due else Status.READY
+        job.next_run_at = due
         self.by_key[key] = self.by_task[job.task_id] = self.dirty[key] = job
 
     def on_running(self, event: Event) -> None:
@@ -267,6 +276,8 @@ class Batch:
 
     def on_account_deferred(self, event: Event) -> None:
         due = _time(event.due)
+        assert due is not None and event.queue and event.account
+        self.paused[(event.queue, event.account)] = due
         for job in self.same_account(event):
             if job.status == Status.READY:
                 job.status, job.next_run_at = Status.DEFERRED, due
@@ -277,7 +288,8 @@ class Batch:
 
     def on_account_ready(self, event: Event) -> None:
         at = _time(event.at)
-        assert at is not None
+        assert at is not None and event.queue and event.account
+        self.paused.pop((event.queue, event.account), None)
         for job in self.same_account(event):
             if job.status == Status.DEFERRED and job.next_run_at and job.next_run_at <= at:
                 job.status, job.next_run_at = Status.READY, None
@@ -306,6 +318,7 @@ class Recorder:
                                             timeout=lock_seconds, thread_local=False)
         self.leading = False
         self._group_ready = False
+        self._paused: dict[tuple[str, str], datetime] = {}
 
     @property
     def consumer_name(self) -> str:
@@ -329,7 +342,7 @@ class Recorder:
 
     def apply(self, events: list[Event]) -> Batch:
         """Write the effect of ``events`` (in stream order) in one transaction."""
-        batch = Batch(events, self.db)
+        batch = Batch(events, self.db, self._paused)
         with transaction.atomic(using=self.db):
             batch.load()
             batch.apply()

@@ -1,0 +1,36 @@
+"""``manage.py fairqueue_recorder``: record fair-queue job state until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from ...conf import celery_app
+from ...recorder import Recorder, default_consumer_name
+
+
+class Command(BaseCommand):
+    help = ("Apply the fair queue's event stream to the Job and Attempt tables until stopped. "
+            "Several may run: one records, the others stand by.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--consumer", default=default_consumer_name(),
+                            help="This recorder's name in the stream's consumer group.")
+        parser.add_argument("--batch", type=int, default=500, help="Events per transaction.")
+        parser.add_argument("--block-ms", type=int, default=500,
+                            help="How long one read waits for new events.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        stop = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+        recorder = Recorder(celery_app(), options["consumer"], batch=options["batch"],
+                            block_ms=options["block_ms"])
+        self.stdout.write(f"fairqueue recorder {recorder.consumer_name}: recording; stop with "
+                          "SIGTERM or Ctrl-C", ending="\n")
+        self.stdout.flush()
+        recorder.run_forever(stop)
+        self.stdout.write(f"fairqueue recorder {recorder.consumer_name}: stopped")
