@@ -99,7 +99,8 @@ def publish_fair(app: Celery, task: FairTask, producer: Any, message: Any,
     args, kwargs, _embed = body
     data = serialize_body(task.name, body)
     account = task.resolve_account(args, kwargs, options.pop("account", None))
-    job_key = task.business_key(account, args, kwargs)
+    # an explicit key (beat's occurrence key, a retry's own) wins over the task's job_key spec
+    job_key = options.pop("job_key", None) or task.business_key(account, args, kwargs)
     headers[ACCOUNT_HEADER] = account
     headers[JOB_KEY_HEADER] = job_key
     properties.update({k: v for k, v in options.items() if k not in PUBLISH_OPTIONS})

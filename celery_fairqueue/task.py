@@ -232,10 +232,11 @@ class FairTask(ReliableTask):
     def retry(self, args: Any = None, kwargs: Any = None, exc: Any = None, throw: bool = True,
               eta: Any = None, countdown: Any = None, max_retries: Any = None,
               **options: Any) -> Any:
-        """Celery's retry, keeping the job's account (it may have come from ``account=``)."""
+        """Celery's retry, keeping the job's account and key (either may have been explicit)."""
         account = getattr(self.request, ACCOUNT_HEADER, None)
         if account is not None:
             options.setdefault("account", account)
+        options.setdefault("job_key", getattr(self.request, JOB_KEY_HEADER, None))
         return super().retry(args=args, kwargs=kwargs, exc=exc, throw=throw, eta=eta,
                              countdown=countdown, max_retries=max_retries, **options)
 
