@@ -23,6 +23,8 @@ from .publish import get_store
 from .redaction import redact_arguments
 from .task import is_fair
 
+PAGE = 500  # dead letters read per round trip
+
 
 class DeadLetterNotFound(FairqueueError, KeyError):
     """No dead letter has that id (it was replayed or purged already)."""
@@ -107,12 +109,15 @@ class DeadLetters:
              reason: str | None = None, since: float | None = None, until: float | None = None,
              limit: int = 100) -> list[DeadLetter]:
         """Newest first; ``reason`` matches a part of the reason, case-insensitively."""
-        ids: list[str] = self.store.client.zrevrangebyscore(  # type: ignore[assignment]
-            self.keys.dead_index, "+inf" if until is None else until,
-            "-inf" if since is None else since)
         found: list[DeadLetter] = []
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
+        start = 0
+        while True:
+            chunk: list[str] = self.store.client.zrevrangebyscore(  # type: ignore[assignment]
+                self.keys.dead_index, "+inf" if until is None else until,
+                "-inf" if since is None else since, start=start, num=PAGE)
+            if not chunk:
+                return found
+            start += PAGE
             for raw in self.store.client.hmget(self.keys.dead, chunk):
                 if raw is None:
                     continue
@@ -126,7 +131,6 @@ class DeadLetters:
                 found.append(letter)
                 if len(found) >= limit:
                     return found
-        return found
 
     def get(self, job_id: str) -> DeadLetter:
         raw = self.store.client.hget(self.keys.dead, job_id)

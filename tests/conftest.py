@@ -1,9 +1,41 @@
 """Shared fixtures. The harness plugin is registered here only when the installed package's
 ``pytest11`` entry point has not already done it (e.g. when running from a plain checkout)."""
 
+import importlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
 import pytest
+import redis
+
+from celery_fairqueue.keys import Keys
+from celery_fairqueue.settings import FairqueueSettings
+from celery_fairqueue.store import FairStore, make_client
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.has_plugin("celery_fairqueue"):
         config.pluginmanager.import_plugin("celery_fairqueue.testing")
+
+
+@pytest.fixture
+def make_store(redis_client: redis.Redis, redis_url: str) -> Iterator[Callable[..., FairStore]]:
+    """``make_store(**settings)``: a FairStore on the (flushed) session Redis."""
+    clients = []
+
+    def make(**settings: Any) -> FairStore:
+        config = FairqueueSettings(redis_url=redis_url, **settings)
+        config.validate()
+        client = make_client(redis_url)
+        clients.append(client)
+        return FairStore(client, Keys(config.key_prefix), config)
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def fair(redis_server):
+    """The fair test app module, imported once the session Redis it points at is up."""
+    return importlib.import_module("tests.apps.fair")

@@ -212,3 +212,14 @@ def test_kill_storm_loses_nothing_and_duplicates_nothing(rel, celery_worker_fact
     assert not lost and not duplicates
     assert dead == expected_dead
     assert all(d.reason.startswith("permanent: lead") for d in dlq.list(limit=jobs))
+
+
+def test_listing_pages_through_a_large_dlq_newest_first(rel, dlq):
+    store = get_store(rel.app)
+    for n in range(1200):
+        store.bury(f"job-{n}:0", {"task": "t", "account": f"a{n % 3}", "reason": f"r{n}"})
+    letters = dlq.list(limit=5000)
+    assert len(letters) == 1200
+    assert [d.at for d in letters] == sorted((d.at for d in letters), reverse=True)
+    assert len(dlq.list(account="a1", limit=5000)) == 400
+    assert len(dlq.list(account="a2", limit=10)) == 10

@@ -1,7 +1,6 @@
 """Two workers whose clocks are 30 s ahead and 30 s behind: leases and buckets still hold,
 because every lease deadline and token is timed by Redis's clock, not the worker's."""
 
-import importlib
 import json
 import shutil
 from pathlib import Path
@@ -24,9 +23,6 @@ def skewed(offset: str) -> dict:
             "FQ_LEASE_SECONDS": "4", "FQ_HEARTBEAT_SECONDS": "1"}
 
 
-@pytest.fixture
-def fair(redis_server):
-    return importlib.import_module(APP)
 
 
 def test_skewed_workers_keep_leases_and_the_rate_limit(fair, celery_worker_factory,

@@ -1,6 +1,5 @@
 """Redis restarted, restarted without persistence, and paused: what is kept and what is said."""
 
-import importlib
 import os
 import time
 
@@ -12,9 +11,6 @@ from celery_fairqueue.testing import WorkerProcess, wait_until
 APP = "tests.apps.fair"
 
 
-@pytest.fixture
-def fair(redis_server):
-    return importlib.import_module(APP)
 
 
 def start_worker(server, tmp_path, name, **options):

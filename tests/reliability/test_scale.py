@@ -1,14 +1,10 @@
 """Many accounts: the store's memory per pending job, and no key left behind once jobs finish."""
 
-import importlib
 import time
-
-import pytest
 
 from celery_fairqueue.envelope import Envelope
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.testing import wait_until
-from tests.integration.conftest import make_store  # noqa: F401  (the fixture)
 
 ACCOUNTS = 20_000  # bench/throughput.py runs 100,000
 #: What stays in Redis when every job is done and its key's retention has passed.
@@ -40,9 +36,6 @@ def test_many_accounts_cost_little_memory_and_leave_no_keys_behind(make_store, r
     assert left <= BOOKKEEPING
 
 
-@pytest.fixture
-def fair(redis_server):
-    return importlib.import_module("tests.apps.fair")
 
 
 def test_jobs_run_by_a_worker_leave_no_keys_behind(fair, celery_worker_factory, redis_client,

@@ -90,7 +90,7 @@ class Attempt(models.Model):
         indexes = [models.Index(fields=["delivery_id"], name="fq_attempt_delivery")]
 
     def __str__(self) -> str:
-        return f"attempt {self.number} of {self.job_id}: {self.outcome}"
+        return f"attempt {self.number} of job {self.job_id}: {self.outcome}"
 
 
 class AccountLimit(models.Model):
