@@ -60,12 +60,13 @@ class Stream:
         self.client.xadd(self.key, {k: str(v) for k, v in fields.items()})
         return fields
 
-    def enqueue(self, task_id=None, retries=0, account="acme", key="-", due=None, **fields):
+    def enqueue(self, task_id=None, retries=0, account="acme", key="-", due=None, args=None):
         task_id = task_id or uuid.uuid4().hex
         at = next(self.clock)
         self.send("enqueued", job=f"{task_id}:{retries}", q=encode_id("default"),
                   a=encode_id(account), k=key, t="tests.apps.fair.job",
-                  args=json.dumps({"account_id": account, "n": 1}), at=at, due=due or at)
+                  args=args or json.dumps({"account_id": account, "n": 1}), at=at,
+                  due=due or at)
         return task_id
 
 
@@ -224,6 +225,26 @@ def test_a_batch_applied_twice_gives_the_same_rows(stream, recorder, redis_clien
     assert recorder.run_once() == 2
     job = Job.objects.get()
     assert job.status == Status.RUNNING and job.attempt_history.count() == 1
+
+
+def test_an_event_the_database_refuses_is_skipped_not_retried_forever(database, stream,
+                                                                      recorder, caplog):
+    stream.send("enqueued", job="hostile:-2", q=encode_id("default"), a=encode_id("acme"),
+                k="bad", t="t", args="{}")  # attempts -3: refused by the column's check
+    stream.enqueue(key="good")
+    assert drain(recorder) == 2
+    assert list(Job.objects.values_list("job_key", flat=True)) == ["good"]
+    assert recorder.reader.backlog() == 0 and "skipped event" in caplog.text
+
+
+def test_long_ids_and_nul_characters_are_stored(database, stream, recorder):
+    task_id = stream.enqueue(account="a" * 2000, key="long", args=json.dumps({"x": "n\0ul"}))
+    stream.send("running", job=f"{task_id}:0", worker="w" * 400)
+    stream.send("failed", job=f"{task_id}:0", err="Boom: \0", reason="permanent")
+    drain(recorder)
+    job = Job.objects.get()
+    assert job.account == "a" * 1024 and job.worker == "w" * 255
+    assert job.args == {"x": "nul"} and job.last_error == "Boom: "
 
 
 def test_rate_limited_account_is_deferred_then_ready(database, stream, recorder):

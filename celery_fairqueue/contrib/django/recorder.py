@@ -33,10 +33,18 @@ import socket
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import redis
 from celery import Celery
-from django.db import DatabaseError, InterfaceError, connections, router, transaction
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    connections,
+    router,
+    transaction,
+)
 from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import LockError
@@ -54,7 +62,9 @@ FINAL = (Status.SUCCEEDED, Status.DEAD)
 JOB_FIELDS = ["task_id", "delivery_id", "task", "queue", "account", "status", "attempts", "args",
               "enqueued_at", "next_run_at", "started_at", "finished_at", "last_error",
               "external_id", "worker", "updated_at"]
-DB_ERRORS = (DatabaseError, InterfaceError)
+# The database is away (down, restarting, unreachable): keep the events and try again. Any other
+# database error is the batch's fault, which retrying would repeat forever.
+TRANSIENT_DB_ERRORS = (OperationalError, InterfaceError)
 REDIS_ERRORS = (redis.RedisError,)  # LockError is one too
 
 
@@ -72,9 +82,20 @@ def _retries(delivery_id: str) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
+def _fit(row: Job | Attempt) -> Any:
+    """Make strings storable: ids in Redis may be longer than their column allows, and
+    PostgreSQL refuses NUL characters, which an error message may hold."""
+    for field in row._meta.concrete_fields:
+        value = getattr(row, field.attname)
+        if isinstance(value, str):
+            value = value.replace("\x00", "")
+            setattr(row, field.attname, value[:field.max_length] if field.max_length else value)
+    return row
+
+
 def _args(event: Event) -> dict:
-    try:
-        shown = json.loads(event.fields.get("args") or "{}")
+    try:  # PostgreSQL's jsonb refuses NUL characters
+        shown = json.loads((event.fields.get("args") or "{}").replace("\\u0000", ""))
     except ValueError:
         return {}
     return shown if isinstance(shown, dict) else {"args": shown}
@@ -129,10 +150,10 @@ class Batch:
             logger.debug("fairqueue recorder: %s %s", update, where)
         if self.dirty:
             Job.objects.using(self.db).bulk_create(
-                list(self.dirty.values()), update_conflicts=True, unique_fields=["job_key"],
-                update_fields=JOB_FIELDS)
+                [_fit(job) for job in self.dirty.values()], update_conflicts=True,
+                unique_fields=["job_key"], update_fields=JOB_FIELDS)
         if self.new_attempts:
-            Attempt.objects.using(self.db).bulk_create(self.new_attempts)
+            Attempt.objects.using(self.db).bulk_create([_fit(a) for a in self.new_attempts])
         if self.closed_attempts:
             Attempt.objects.using(self.db).bulk_update(
                 list(self.closed_attempts.values()), ["outcome", "error", "finished_at"])
@@ -336,9 +357,26 @@ class Recorder:
             return 0
         events = self.reader.read(count=self.batch, block_ms=self.block_ms)
         if events:
-            self.apply(events)
+            try:
+                self.apply(events)
+            except TRANSIENT_DB_ERRORS:
+                raise
+            except DatabaseError:
+                logger.exception("fairqueue recorder: a batch of %d events failed; applying "
+                                 "them one by one to skip the bad one", len(events))
+                self._apply_each(events)
             self.reader.ack(events)
         return len(events)
+
+    def _apply_each(self, events: list[Event]) -> None:
+        for event in events:
+            try:
+                self.apply([event])
+            except TRANSIENT_DB_ERRORS:
+                raise
+            except DatabaseError:
+                logger.exception("fairqueue recorder: skipped event %s %s", event.id,
+                                 event.fields)
 
     def apply(self, events: list[Event]) -> Batch:
         """Write the effect of ``events`` (in stream order) in one transaction."""
@@ -361,7 +399,7 @@ class Recorder:
                     stop_event.wait(self.lock_seconds / 3)
                 elif not applied:
                     stop_event.wait(0.05)  # the read already blocked; this only yields
-            except DB_ERRORS as exc:
+            except TRANSIENT_DB_ERRORS as exc:
                 failures += 1
                 logger.warning("fairqueue recorder: database unavailable (%s); the events stay "
                                "pending and are applied when it is back", exc)
@@ -371,6 +409,10 @@ class Recorder:
                 failures += 1
                 logger.warning("fairqueue recorder: Redis unavailable (%s); retrying", exc)
                 self._group_ready = self.leading = False  # a restarted Redis lost the group
+                stop_event.wait(self._backoff(failures))
+            except Exception:  # a bug must not end the thread unseen: log it, keep trying
+                failures += 1
+                logger.exception("fairqueue recorder: recording failed; retrying")
                 stop_event.wait(self._backoff(failures))
         self.release()
         logger.info("fairqueue recorder %s stopped", self.consumer_name)
