@@ -31,6 +31,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -62,6 +63,7 @@ FINAL = (Status.SUCCEEDED, Status.DEAD)
 JOB_FIELDS = ["task_id", "delivery_id", "task", "queue", "account", "status", "attempts", "args",
               "enqueued_at", "next_run_at", "started_at", "finished_at", "last_error",
               "external_id", "worker", "updated_at"]
+CLOSE_FIELDS = ["outcome", "error", "finished_at"]
 # The database is away (down, restarting, unreachable): keep the events and try again. Any other
 # database error is the batch's fault, which retrying would repeat forever.
 TRANSIENT_DB_ERRORS = (OperationalError, InterfaceError)
@@ -80,6 +82,68 @@ def _retries(delivery_id: str) -> int:
     """The retry count in a delivery id ``<task id>:<retries>`` (-1 when there is none)."""
     tail = delivery_id.rsplit(":", 1)[-1]
     return int(tail) if tail.isdigit() else -1
+
+
+class PostgresCopy:
+    """The batch's writes on PostgreSQL through COPY, in the batch's transaction.
+
+    Django's bulk_create spends most of the recorder's time turning values into SQL in Python;
+    COPY hands them over in C (a quarter of the client time, and less server time), which is
+    what keeps recording off the critical path of a busy machine. Jobs and closed attempts go
+    through staging tables emptied at commit, then one upsert or update.
+    """
+
+    JOB_COLUMNS = ["job_key", *JOB_FIELDS]
+    ATTEMPT_COLUMNS = ["job_id", "number", "delivery_id", "worker", "started_at", "finished_at",
+                       "outcome", "error"]
+
+    def __init__(self, cursor: Any) -> None:
+        self.cursor = cursor  # the driver's (psycopg) cursor
+
+    def _stage(self, name: str, table: str, columns: list[str], rows: list[tuple]) -> None:
+        names = ", ".join(columns)
+        self.cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {name} ON COMMIT DELETE ROWS AS "
+                            f"SELECT {names} FROM {table} WITH NO DATA")
+        self._copy(name, columns, rows)
+
+    def _copy(self, table: str, columns: list[str], rows: list[tuple]) -> None:
+        with self.cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
+    def upsert_jobs(self, jobs: list[Job], now: datetime) -> None:
+        if not jobs:
+            return
+        for job in jobs:
+            job.updated_at = now
+        rows = [tuple(json.dumps(job.args) if name == "args" else getattr(job, name)
+                      for name in self.JOB_COLUMNS) for job in jobs]
+        table, names = Job._meta.db_table, ", ".join(self.JOB_COLUMNS)
+        self._stage("fairqueue_job_stage", table, self.JOB_COLUMNS, rows)
+        updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in JOB_FIELDS)
+        self.cursor.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM "
+                            f"fairqueue_job_stage ON CONFLICT (job_key) DO UPDATE SET {updates} "
+                            "RETURNING id, job_key")
+        ids = {key: pk for pk, key in self.cursor.fetchall()}
+        for job in jobs:
+            job.pk = ids[job.job_key]
+
+    def insert_attempts(self, attempts: list[Attempt]) -> None:
+        rows = [(a.job.pk, *(getattr(a, name) for name in self.ATTEMPT_COLUMNS[1:]))
+                for a in attempts]
+        if rows:
+            self._copy(Attempt._meta.db_table, self.ATTEMPT_COLUMNS, rows)
+
+    def close_attempts(self, attempts: list[Attempt]) -> None:
+        if not attempts:
+            return
+        columns = ["id", *CLOSE_FIELDS]
+        table = Attempt._meta.db_table
+        self._stage("fairqueue_attempt_stage", table, columns,
+                    [tuple(getattr(a, name) for name in columns) for a in attempts])
+        updates = ", ".join(f"{name} = s.{name}" for name in CLOSE_FIELDS)
+        self.cursor.execute(f"UPDATE {table} AS a SET {updates} FROM fairqueue_attempt_stage "
+                            "AS s WHERE a.id = s.id")
 
 
 def _fit(row: Job | Attempt) -> Any:
@@ -148,15 +212,24 @@ class Batch:
         for update, where, values in self.account_updates:
             Job.objects.using(self.db).filter(**where).update(**values, updated_at=now)
             logger.debug("fairqueue recorder: %s %s", update, where)
-        if self.dirty:
+        jobs = [_fit(job) for job in self.dirty.values()]
+        attempts = [_fit(attempt) for attempt in self.new_attempts]
+        closed = list(self.closed_attempts.values())
+        connection = connections[self.db]
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor, connection.wrap_database_errors:
+                copy = PostgresCopy(cursor.cursor)  # the driver's errors as Django's
+                copy.upsert_jobs(jobs, now)
+                copy.insert_attempts(attempts)
+                copy.close_attempts(closed)
+            return
+        if jobs:
             Job.objects.using(self.db).bulk_create(
-                [_fit(job) for job in self.dirty.values()], update_conflicts=True,
-                unique_fields=["job_key"], update_fields=JOB_FIELDS)
-        if self.new_attempts:
-            Attempt.objects.using(self.db).bulk_create([_fit(a) for a in self.new_attempts])
-        if self.closed_attempts:
-            Attempt.objects.using(self.db).bulk_update(
-                list(self.closed_attempts.values()), ["outcome", "error", "finished_at"])
+                jobs, update_conflicts=True, unique_fields=["job_key"], update_fields=JOB_FIELDS)
+        if attempts:
+            Attempt.objects.using(self.db).bulk_create(attempts)
+        if closed:
+            Attempt.objects.using(self.db).bulk_update(closed, CLOSE_FIELDS)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -325,7 +398,7 @@ class Recorder:
     """Reads the event stream of ``app``'s fair store into the database; see the module doc."""
 
     def __init__(self, app: Celery, consumer_name: str | None = None, batch: int = 500,
-                 block_ms: int = 500, lock_seconds: float = 30.0,
+                 block_ms: int = 500, lock_seconds: float = 30.0, linger_ms: int = 200,
                  max_backoff: float = 5.0) -> None:
         self.app = app
         self.store = get_store(app)
@@ -333,11 +406,13 @@ class Recorder:
         self.batch = batch
         self.block_ms = block_ms
         self.lock_seconds = lock_seconds
+        self.linger = linger_ms / 1000
         self.max_backoff = max_backoff
         self.db = router.db_for_write(Job)
         self._lock = self.store.client.lock(f"{self.store.keys.tag}:recorder",
                                             timeout=lock_seconds, thread_local=False)
         self.leading = False
+        self._renewed = float("-inf")
         self._group_ready = False
         self._paused: dict[tuple[str, str], datetime] = {}
 
@@ -397,8 +472,10 @@ class Recorder:
                 failures = 0
                 if not self.leading:
                     stop_event.wait(self.lock_seconds / 3)
-                elif not applied:
-                    stop_event.wait(0.05)  # the read already blocked; this only yields
+                elif 0 < applied < self.batch:
+                    # group commit: a read returns as soon as one event is there, so a recorder
+                    # that keeps up would spend a transaction on every few events
+                    stop_event.wait(self.linger)
             except TRANSIENT_DB_ERRORS as exc:
                 failures += 1
                 logger.warning("fairqueue recorder: database unavailable (%s); the events stay "
@@ -430,8 +507,11 @@ class Recorder:
 
     def _lead(self) -> bool:
         if self.leading:
+            if time.monotonic() - self._renewed < self.lock_seconds / 3:
+                return True
             try:
                 self._lock.reacquire()
+                self._renewed = time.monotonic()
                 return True
             except LockError:
                 self.leading = False
@@ -439,6 +519,7 @@ class Recorder:
         if not self._lock.acquire(blocking=False):
             return False
         self.leading = True
+        self._renewed = time.monotonic()
         self._adopt_pending()
         logger.info("fairqueue recorder %s leads", self.consumer_name)
         return True
