@@ -14,7 +14,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from celery_fairqueue.testing import RedisServer, WorkerProcess, pid_alive, process_group
+from celery_fairqueue.testing import (
+    RedisServer,
+    WorkerProcess,
+    free_port,
+    pid_alive,
+    process_group,
+)
 
 HERE = Path(__file__).resolve().parent
 
@@ -25,6 +31,29 @@ def say(text: str) -> None:
 
 def manage(*args: str, env: dict[str, str]) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=HERE, env=env, check=True)
+
+
+def serve_admin(env: dict[str, str]) -> None:
+    """Create the demo login and, at a terminal, serve the admin until Ctrl-C."""
+    login = {"DJANGO_SUPERUSER_USERNAME": "demo", "DJANGO_SUPERUSER_PASSWORD": "demo",
+             "DJANGO_SUPERUSER_EMAIL": "demo@example.com"}
+    subprocess.run([sys.executable, "manage.py", "createsuperuser", "--noinput"], cwd=HERE,
+                   env={**env, **login}, capture_output=True, check=False)  # exists: fine
+    if not sys.stdin.isatty() or os.environ.get("CI"):
+        say("admin: `cd example_project && ../.venv/bin/python manage.py runserver`, then "
+            "http://127.0.0.1:8000/admin/ (login demo / demo)")
+        return
+    port = free_port()
+    say(f"admin: http://127.0.0.1:{port}/admin/ (login demo / demo); Ctrl-C to stop the demo")
+    server = subprocess.Popen([sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}",
+                               "--noreload"], cwd=HERE, env=env)
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 def main() -> int:
@@ -64,6 +93,10 @@ def main() -> int:
 
         say("running the workload (manage.py run_demo_workload):")
         manage("run_demo_workload", env=env)
+        plot = HERE / "fair-vs-plain.png"
+        say("a bursty campaign, plain Celery and then FairTask (manage.py run_burst_demo):")
+        manage("run_burst_demo", "--plot", str(plot), env=env)
+        serve_admin(env)
 
         log = worker.log_path.read_text()
         received, succeeded = log.count(" received"), log.count(" succeeded in ")

@@ -62,7 +62,9 @@ def test_run_demo_script_runs_and_stops_what_it_started(tmp_path):
     )
 
     assert demo.returncode == 0, demo.stdout + demo.stderr
-    assert "10 tasks received, 10 succeeded" in demo.stdout
+    assert "314 tasks received, 314 succeeded" in demo.stdout
+    assert "plot written to" in demo.stdout
+    assert "login demo / demo" in demo.stdout
     assert "nothing it started is left running" in demo.stdout
     started = [line for line in demo.stdout.splitlines() if "started redis-server pid" in line]
     redis_pid = int(started[0].split("pid ")[1].split()[0])

@@ -22,12 +22,22 @@ def send_step(self, account_id: str, lead_id: int, step: str, campaign_rev: int)
     The provider is asked with the job key as its idempotency key (here: the unique row), so
     even a rerun after a crash sends nothing twice.
     """
+    return _send(self.request.id, account_id, lead_id, step, campaign_rev)
+
+
+@app.task(bind=True)
+def send_step_plain(self, account_id: str, lead_id: int, step: str, campaign_rev: int) -> dict:
+    """The same step as a plain Celery task, for the demo's fair-versus-plain comparison."""
+    return _send(self.request.id, account_id, lead_id, step, campaign_rev)
+
+
+def _send(task_id: str, account_id: str, lead_id: int, step: str, campaign_rev: int) -> dict:
     message, created = OutboundMessage.objects.get_or_create(
         account_id=account_id,
         lead_id=lead_id,
         step=step,
         campaign_rev=campaign_rev,
-        defaults={"task_id": self.request.id},
+        defaults={"task_id": task_id},
     )
     if created:
         # The provider call, made only by the delivery that claimed the business key.
@@ -41,4 +51,5 @@ def send_step(self, account_id: str, lead_id: int, step: str, campaign_rev: int)
         "step": step,
         "sent": created,
         "worker_pid": os.getpid(),
+        "finished_at": time.time(),
     }
