@@ -1,12 +1,15 @@
 """Recording cost: the same fair workload with job state recorded into PostgreSQL, and without.
 
-    .venv/bin/python -m bench.recording [--jobs 3000] [--accounts 20] [--rounds 2]
+    .venv/bin/python -m bench.recording [--jobs 3000] [--accounts 20] [--rounds 5]
 
 One redis-server and one throwaway PostgreSQL cluster; one worker (prefork, 2 processes) runs a
 backlog of short fair jobs spread over the accounts, enqueued first. With recording on, a
 recorder (as ``manage.py fairqueue_recorder`` runs it, here in a thread of this process) reads
-the event stream into the Job and Attempt tables while the worker runs. Prints jobs/s of both,
-their ratio (acceptance: >= 0.8) and how long after the last job its row was written.
+the event stream into the Job and Attempt tables while the worker runs. Runs come in pairs,
+off and on back to back in alternating order, and the verdict is the median of the pairs'
+ratios (acceptance: >= 0.8): a 2-core machine shared with other work drifts more from one
+minute to the next than within a pair. Also prints how long after the last job its row was
+written.
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--accounts", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=2, help="best of this many, each way")
+    parser.add_argument("--rounds", type=int, default=5, help="pairs of runs, off and on")
     options = parser.parse_args()
     bindir = find_postgres_bindir()
     if bindir is None:
@@ -97,24 +100,27 @@ def main() -> None:
         setup_django(postgres, "fqbench")
         with redis_server() as server:
             off, on, lags = [], [], []
-            for _ in range(options.rounds):  # alternate, so drift hits both alike
-                off.append(phase(server, options.jobs, options.accounts, record=False)[0])
-                rate, lag = phase(server, options.jobs, options.accounts, record=True)
-                on.append(rate)
-                lags.append(lag or 0.0)
+            for n in range(options.rounds):
+                # a pair per round, in alternating order: drift and a busy neighbour hit both
+                for record in (False, True) if n % 2 == 0 else (True, False):
+                    rate, lag = phase(server, options.jobs, options.accounts, record)
+                    (on if record else off).append(rate)
+                    if lag is not None:
+                        lags.append(lag)
     finally:
         postgres.stop()
         shutil.rmtree(folder, ignore_errors=True)
-    best_off, best_on = max(off), max(on)
+    ratios = sorted(rate_on / rate_off for rate_off, rate_on in zip(off, on, strict=True))
+    median = ratios[len(ratios) // 2]
     print(f"\nrecording cost, {options.jobs} no-op fair jobs over {options.accounts} accounts, "
-          f"worker --pool prefork -c 2 (best of {options.rounds})")
-    print(f"    recording off          {best_off:8.0f} jobs/s   rounds: "
-          + ", ".join(f"{r:.0f}" for r in off))
-    print(f"    recording on (Postgres) {best_on:7.0f} jobs/s   rounds: "
-          + ", ".join(f"{r:.0f}" for r in on))
-    print(f"    ratio on/off {ratio(best_on, best_off):.2f} (acceptance: >= 0.8)")
+          f"worker --pool prefork -c 2, {options.rounds} rounds")
+    print("    recording off           jobs/s: " + ", ".join(f"{r:.0f}" for r in off))
+    print("    recording on (Postgres) jobs/s: " + ", ".join(f"{r:.0f}" for r in on))
+    print(f"    ratio on/off per round: {', '.join(f'{r:.2f}' for r in ratios)}")
+    print(f"    median ratio {median:.2f} (acceptance: >= 0.8); best on / best off "
+          f"{ratio(max(on), max(off)):.2f}")
     print(f"    last row written {max(lags):.2f} s after the last job ran (worst round)")
-    raise SystemExit(0 if ratio(best_on, best_off) >= 0.8 else 1)
+    raise SystemExit(0 if median >= 0.8 else 1)
 
 
 if __name__ == "__main__":

@@ -46,12 +46,13 @@ from django.db import (
     router,
     transaction,
 )
-from django.db.models import Q
+from django.db.models import CharField, Q, TextField
 from django.utils import timezone
 from redis.exceptions import LockError
 
 from ...events import Event, EventReader
 from ...publish import get_store
+from ...store import task_id_of
 from .models import Attempt, Job
 
 logger = logging.getLogger(__name__)
@@ -146,14 +147,21 @@ class PostgresCopy:
                             "AS s WHERE a.id = s.id")
 
 
+def _text_fields(model: type[Job] | type[Attempt]) -> list[tuple[str, int | None]]:
+    return [(f.attname, f.max_length) for f in model._meta.concrete_fields
+            if isinstance(f, CharField | TextField)]
+
+
+TEXT_FIELDS = {Job: _text_fields(Job), Attempt: _text_fields(Attempt)}
+
+
 def _fit(row: Job | Attempt) -> Any:
     """Make strings storable: ids in Redis may be longer than their column allows, and
     PostgreSQL refuses NUL characters, which an error message may hold."""
-    for field in row._meta.concrete_fields:
-        value = getattr(row, field.attname)
-        if isinstance(value, str):
-            value = value.replace("\x00", "")
-            setattr(row, field.attname, value[:field.max_length] if field.max_length else value)
+    for name, max_length in TEXT_FIELDS[type(row)]:
+        value = getattr(row, name)
+        if "\x00" in value or (max_length and len(value) > max_length):
+            setattr(row, name, value.replace("\x00", "")[:max_length])
     return row
 
 
@@ -180,17 +188,16 @@ class Batch:
         self.new_attempts: list[Attempt] = []
         self.closed_attempts: dict[int, Attempt] = {}
         self.account_updates: list[tuple[str, dict, dict]] = []
-        self.skipped = 0
 
     def load(self) -> None:
-        keys = {self.key_of(e) for e in self.events if e.type == "enqueued" and e.task_id}
-        tasks = {e.task_id for e in self.events if e.task_id}
-        if not keys and not tasks:
+        deliveries = {e.job_id: e for e in self.events if e.job_id}
+        if not deliveries:
             return
+        tasks = {task_id_of(delivery) for delivery in deliveries}
+        keys = {self.key_of(e) for e in deliveries.values() if e.type == "enqueued"}
         for job in Job.objects.using(self.db).filter(Q(job_key__in=keys) | Q(task_id__in=tasks)):
             self.by_key[job.job_key] = job
             self.by_task[job.task_id] = job
-        deliveries = {e.job_id for e in self.events if e.type != "enqueued" and e.job_id}
         for attempt in (Attempt.objects.using(self.db).filter(delivery_id__in=deliveries)
                         .order_by("id")):
             self.attempts.setdefault(attempt.delivery_id, []).append(attempt)
@@ -237,7 +244,6 @@ class Batch:
         """The job of a job event, or None when it is unknown or the event is stale."""
         job = self.by_task.get(event.task_id or "")
         if job is None:
-            self.skipped += 1
             logger.debug("fairqueue recorder: %s of unknown job %s skipped", event.type,
                          event.job_id)
             return None
