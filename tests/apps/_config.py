@@ -1,6 +1,7 @@
 """Settings every fair test app shares; the crash tests shorten leases through the environment."""
 
 import os
+import time
 
 
 def fair_test_conf() -> dict:
@@ -15,3 +16,17 @@ def fair_test_conf() -> dict:
         "fairqueue_poll_interval": 0.05,
         "fairqueue_max_deliveries": int(os.environ.get("FQ_MAX_DELIVERIES", "10")),
     }
+
+
+def apply_clock_skew() -> None:
+    """Skew this process's wall clock by ``$FQ_CLOCK_SKEW`` seconds (the clock-skew tests).
+
+    Debian's libfaketime would do it for the whole process, but under it Python's timed waits
+    hang (a faked monotonic clock) or ``time.sleep`` fails with EINVAL (a real one), so the
+    Python-level clock is shifted instead: it is what Celery and this package would read.
+    """
+    skew = float(os.environ.get("FQ_CLOCK_SKEW", "0"))
+    if skew:
+        real_time, real_time_ns = time.time, time.time_ns
+        time.time = lambda: real_time() + skew
+        time.time_ns = lambda: real_time_ns() + int(skew * 1e9)

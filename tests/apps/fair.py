@@ -15,9 +15,10 @@ from celery import Celery
 import celery_fairqueue
 from celery_fairqueue import FairTask
 from celery_fairqueue.testing import REDIS_URL_ENV, record_side_effect
-from tests.apps._config import fair_test_conf
+from tests.apps._config import apply_clock_skew, fair_test_conf
 
 REDIS_URL = os.environ[REDIS_URL_ENV]
+apply_clock_skew()
 
 app = Celery("fair", broker=REDIS_URL, backend=REDIS_URL)
 app.conf.update(fair_test_conf())
