@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Make sure the programs that the tests and the demo start themselves are installed:
-# redis-server, the PostgreSQL server binaries, Debian's Chromium (for the Playwright test) and
-# faketime (for the clock-skew tests).
+# redis-server, the PostgreSQL server binaries and Debian's Chromium (for the Playwright test).
 # Installs what is missing with apt-get (as root), never starts a system service, and does
 # nothing at all when everything is already there.
 set -euo pipefail
@@ -12,7 +11,6 @@ if ! command -v initdb >/dev/null && ! compgen -G '/usr/lib/postgresql/*/bin/ini
   missing+=(postgresql)
 fi
 command -v chromium >/dev/null || missing+=(chromium fonts-liberation)
-command -v faketime >/dev/null || missing+=(faketime)  # clock-skew tests
 
 if ((${#missing[@]} == 0)); then
   exit 0
