@@ -64,7 +64,7 @@ def account_overview(now: datetime | None = None) -> list[dict[str, Any]]:
     now = now or timezone.now()
     last_broken = (Job.objects.filter(account=OuterRef("account"), status__in=BROKEN)
                    .order_by(F("finished_at").desc(nulls_last=True), "-updated_at", "-id"))
-    counts = {status.value: Count("id", filter=Q(status=status)) for status in COUNTED}
+    counts = {str(status): Count("id", filter=Q(status=status)) for status in COUNTED}
     rows = (Job.objects.values("account")
             .annotate(**counts,
                       oldest_ready=Min("enqueued_at", filter=Q(status=Status.READY)),
