@@ -4,6 +4,13 @@ It reads batches through the stream's consumer group, folds each batch into the 
 in memory (one query loads them, one upsert writes them back, all in one transaction) and only
 then acknowledges the events. A database or Redis that is down makes it log, back off and read
 the same unacknowledged events again, so nothing is lost: they are applied when both are back.
+A batch the database refuses for its content (not its absence) is applied event by event and
+the offending event skipped with an error log, so one bad event cannot stall recording.
+
+Recording must not slow the jobs down: after a batch smaller than ``batch`` the recorder waits
+``linger_ms`` so the next one gathers more events (group commit), and on PostgreSQL the rows go
+through COPY (see ``PostgresCopy``). State is visible within ``block_ms + linger_ms`` plus the
+write, well under 2 s.
 
 One recorder leads at a time. Events must be applied in stream order (a ``running`` applied
 after the ``succeeded`` of the same delivery would show a finished job as running), and a
