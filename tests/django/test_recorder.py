@@ -421,7 +421,8 @@ def test_workers_with_the_recorder_step_record_one_at_a_time(database, db_env, r
                                                              celery_worker_factory):
     recorded = importlib.import_module("tests.apps.recorded")
     env = {**db_env, "FQ_RECORDER": "1"}
-    workers = [celery_worker_factory("tests.apps.recorded", env=env) for _ in range(2)]
+    workers = [celery_worker_factory("tests.apps.recorded", env=env, pool=pool)
+               for pool in ("prefork", "threads")]
     events = get_store(recorded.app).keys.events
     assert wait_until(lambda: redis_client.exists(events), 10), "no worker created the stream"
     listen(recorded.app)
