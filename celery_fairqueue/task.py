@@ -123,6 +123,7 @@ class ReliableTask(Task):
             if marker and marker["state"] == "done":
                 logger.info("fairqueue: %s[%s] is already done (job key %s...); not run again",
                             self.name, request.id, job_key[:12])
+                store.emit(e="succeeded", job=job_id, ext=marker.get("external_id"))
                 return marker.get("external_id")
             if marker and marker["state"] == "started":
                 external_id = self.already_applied(job_key, *args, **kwargs)
@@ -131,6 +132,7 @@ class ReliableTask(Task):
                                    "before a crash (external id %s); marked done, not run again",
                                    self.name, request.id, external_id)
                     store.mark_done(job_key, job_id, str(external_id))
+                    store.emit(e="succeeded", job=job_id, ext=str(external_id))
                     return external_id
             store.mark_started(job_key, job_id)
         try:
