@@ -54,7 +54,3 @@ class Envelope:
     @property
     def task_name(self) -> str | None:
         return self.headers.get("task")
-
-    @property
-    def task_id(self) -> str | None:
-        return self.headers.get("id")
