@@ -206,10 +206,15 @@ def test_every_transition_reaches_the_event_stream_once_a_recorder_listens(
     flaky_result = fair.flaky.delay("acme", 1, 1)
     flaky_result.get(timeout=20)
     set_account_limit(fair.app, "slow", rate="1/h", burst=1)
-    fair.job.delay("slow", 1)
+    slow_first = fair.job.delay("slow", 1)
     fair.job.delay("slow", 2)
-    assert wait_until(lambda: any(f.get("e") == "account_deferred" for _, f in
-                                  fair_store.client.xrange(fair_store.keys.events)), timeout=10)
+
+    def settled():
+        # the first slow job's outcome can land after the second one's deferral: wait for both
+        seen = {(f.get("e"), f.get("job", "").rsplit(":", 1)[0])
+                for _, f in fair_store.client.xrange(fair_store.keys.events)}
+        return {("account_deferred", ""), ("acked", slow_first.id)} <= seen
+    assert wait_until(settled, timeout=10)
     events = reader.read(count=100)
     flaky = [e for e in events if e.task_id == flaky_result.id]
     assert [e.type for e in flaky if e.attempt == 1] == ["enqueued", "running", "retrying",
