@@ -1,11 +1,11 @@
 """The event stream: every state transition of a fair job, for the recorder to store.
 
 Transitions are appended to the Redis stream ``{prefix}:events`` by the store's scripts
-(``enqueued``, ``running``, ``requeued``, ``acked``, ``dead``, ``account_deferred``,
-``account_ready``) and by the task itself (``succeeded``, ``failed``, ``retrying``), only once
-a recorder has created the stream, so nothing piles up where nobody records. The recorder reads
-it through a consumer group and acknowledges what it has written, so a recorder (or database)
-that is down catches up where it stopped. Fields:
+(``enqueued``, ``promoted`` (a delayed job became ready), ``running``, ``requeued``, ``acked``,
+``dead``, ``account_deferred``, ``account_ready``) and by the task itself (``succeeded``,
+``failed``, ``retrying``), only once a recorder has created the stream, so nothing piles up
+where nobody records. The recorder reads it through a consumer group and acknowledges what it
+has written, so a recorder (or database) that is down catches up where it stopped. Fields:
 
 ===========  =================================================================================
 ``e``        the event type

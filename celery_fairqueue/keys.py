@@ -148,6 +148,11 @@ class Keys:
         return self._key("events")
 
     @cached_property
+    def recorder_lock(self) -> str:
+        """The lock of the recorder that leads (events are applied by one at a time)."""
+        return self._key("recorder")
+
+    @cached_property
     def instance(self) -> str:
         """A random id written once: if it changes or vanishes, Redis lost the store's data."""
         return self._key("instance")

@@ -19,6 +19,7 @@ local function promote(qk)
     if meta then
       local _, account, seq = split_meta(meta)
       make_ready(qk, account, seq, job_id)
+      emit('e', 'promoted', 'job', job_id, 'at', now)
     end
   end
   for _, account in ipairs(redis.call('ZRANGEBYSCORE', qk.paused, '-inf', now, 'LIMIT', 0, batch)) do

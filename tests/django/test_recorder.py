@@ -26,6 +26,7 @@ from celery_fairqueue.contrib.django import queries
 from celery_fairqueue.contrib.django.models import Attempt, Job
 from celery_fairqueue.contrib.django.recorder import NO_OUTCOME, Recorder
 from celery_fairqueue.keys import encode_id
+from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.publish import get_store
 from celery_fairqueue.testing import REDIS_URL_ENV, wait_until
 from tests.django.conftest import listen
@@ -104,6 +105,19 @@ def test_job_due_later_is_deferred_until_then(stream, recorder):
     drain(recorder)
     job = Job.objects.get(job_key="k1")
     assert job.status == Status.DEFERRED and job.next_run_at.timestamp() == 1_800_000_000
+
+
+def test_delayed_job_is_ready_once_promoted_unless_its_account_is_paused(stream, recorder):
+    soon = stream.enqueue(key="d1", due=1_700_000_100)
+    paused = stream.enqueue(key="d2", account="whale", due=1_700_000_100)
+    stream.send("account_deferred", q=encode_id("default"), a=encode_id("whale"),
+                due=1_800_000_000)
+    stream.send("promoted", job=f"{soon}:0", at=1_700_000_100)
+    stream.send("promoted", job=f"{paused}:0", at=1_700_000_100)
+    drain(recorder)
+    rows = {j.job_key: (j.status, j.next_run_at and j.next_run_at.timestamp())
+            for j in Job.objects.all()}
+    assert rows == {"d1": (Status.READY, None), "d2": (Status.DEFERRED, 1_800_000_000)}
 
 
 def test_retry_then_success_keeps_the_attempt_history(database, stream, recorder):
@@ -354,6 +368,21 @@ def test_rate_limited_jobs_are_deferred_with_their_next_run(database, fair, star
     for job in Job.objects.filter(status=Status.DEFERRED):
         assert 50 < (job.next_run_at - timezone.now()).total_seconds() <= 60
     assert queries.account_overview()[0]["deferred"] == 2
+
+
+def test_delayed_jobs_are_recorded_ready_when_the_store_promotes_them(database, fair,
+                                                                      start_recorder):
+    start_recorder(fair.app)
+    results = [fair.job.apply_async(args=("acme", n), countdown=0.5) for n in range(2)]
+    assert wait_until(lambda: Job.objects.filter(status=Status.DEFERRED).count() == 2,
+                      VISIBLE_WITHIN)
+    time.sleep(0.6)
+    store = get_store(fair.app)
+    # the claim promotes both and leases one
+    [claimed] = store.claim(["celery"], 1, "test-worker", AccountLimit().pack(0))
+    assert wait_until(lambda: sorted(Job.objects.values_list("status", flat=True)) == sorted(
+        [Status.READY, Status.RUNNING]), VISIBLE_WITHIN)
+    assert claimed.job_id.split(":")[0] in {r.id for r in results}
 
 
 DOWN_SECONDS = float(os.environ.get("FQ_DB_DOWN_SECONDS", "5"))  # 30 for the long scenario

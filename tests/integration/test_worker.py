@@ -219,8 +219,8 @@ def test_every_transition_reaches_the_event_stream_once_a_recorder_listens(
     flaky = [e for e in events if e.task_id == flaky_result.id]
     assert [e.type for e in flaky if e.attempt == 1] == ["enqueued", "running", "retrying",
                                                           "acked"]
-    assert [e.type for e in flaky if e.attempt == 2] == ["enqueued", "running", "succeeded",
-                                                          "acked"]
+    assert [e.type for e in flaky if e.attempt == 2] == ["enqueued", "promoted", "running",
+                                                          "succeeded", "acked"]
     deferred = [e for e in events if e.type == "account_deferred"]
     assert deferred and deferred[0].account == "slow" and deferred[0].due > time.time() + 3000
     reader.ack(events)

@@ -275,6 +275,14 @@ class Batch:
         if attempt.pk is not None:
             self.closed_attempts[attempt.pk] = attempt
 
+    def run_at(self, job: Job, due: datetime | None, now: datetime | None) -> datetime | None:
+        """When a job due at ``due`` (None: now) runs: later if its account is paused by a
+        limit, since its job is ready in Redis but waits for the account; None for now."""
+        pause_ends = self.paused.get((job.queue, job.account))
+        if pause_ends and now and pause_ends > (due or now):
+            return pause_ends
+        return due
+
     def same_account(self, event: Event) -> list[Job]:
         return [job for job in self.by_key.values()
                 if job.queue == event.queue and job.account == event.account]
@@ -304,12 +312,17 @@ class Batch:
         job.args = _args(event)
         job.attempts = event.attempt - 1
         due = _time(event.due) if event.due and event.due > event.at else None
-        pause_ends = self.paused.get((job.queue, job.account))
-        if pause_ends and pause_ends > (due or _time(event.at)):  # type: ignore[operator]
-            due = pause_ends  # ready in Redis, but its account waits for its limit
+        due = self.run_at(job, due, _time(event.at))
         job.status = Status.DEFERRED if due else Status.READY
         job.next_run_at = due
         self.by_key[key] = self.by_task[job.task_id] = self.dirty[key] = job
+
+    def on_promoted(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None or job.status != Status.DEFERRED or job.delivery_id != event.job_id:
+            return
+        due = self.run_at(job, None, _time(event.at))
+        job.status, job.next_run_at = (Status.DEFERRED if due else Status.READY), due
 
     def on_running(self, event: Event) -> None:
         job = self.job_for(event)
@@ -422,7 +435,7 @@ class Recorder:
         self.linger = linger_ms / 1000
         self.max_backoff = max_backoff
         self.db = router.db_for_write(Job)
-        self._lock = self.store.client.lock(f"{self.store.keys.tag}:recorder",
+        self._lock = self.store.client.lock(self.store.keys.recorder_lock,
                                             timeout=lock_seconds, thread_local=False)
         self.leading = False
         self._renewed = float("-inf")
