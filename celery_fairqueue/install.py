@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+
 from celery import Celery
 
 from .limits import AccountLimit
 from .publish import get_store, install_publish_path
+from .redaction import RedactingFilter
 from .settings import settings_for
 from .worker.step import FairConsumerStep
+
+# The loggers that quote a running task's arguments or errors: Celery's trace (failures with
+# their traceback, return values) and this package's task module.
+REDACTED_LOGGERS = ("celery.app.trace", "celery_fairqueue.task")
 
 
 def install(app: Celery) -> Celery:
@@ -16,6 +23,10 @@ def install(app: Celery) -> Celery:
     install_publish_path(app)
     if FairConsumerStep not in app.steps["consumer"]:
         app.steps["consumer"].add(FairConsumerStep)
+    for name in REDACTED_LOGGERS:
+        log = logging.getLogger(name)
+        if not any(isinstance(f, RedactingFilter) for f in log.filters):
+            log.addFilter(RedactingFilter())
     return app
 
 

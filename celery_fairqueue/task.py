@@ -3,6 +3,7 @@ FairTask (all of that, plus fair queuing by account through the fair store)."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import inspect
 import logging
@@ -18,6 +19,7 @@ from celery.result import AsyncResult
 
 from .errors import ConfigurationError, MissingAccountError
 from .idempotency import JobKeySpec, bound_arguments, compute_job_key
+from .redaction import masked_reprs
 from .retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
@@ -87,7 +89,13 @@ class ReliableTask(Task):
     def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
                     producer: Any = None, link: Any = None, link_error: Any = None,
                     shadow: str | None = None, **options: Any) -> AsyncResult:
-        """Celery's apply_async, with the business key in the message for the markers."""
+        """Celery's apply_async, with the business key in the message for the markers and the
+        ``redact`` arguments masked where Celery shows arguments (logs, events, Flower)."""
+        if self.redact and "argsrepr" not in options and "kwargsrepr" not in options:
+            # arguments that do not fit the signature: Celery's own check says so below
+            with contextlib.suppress(TypeError):
+                options["argsrepr"], options["kwargsrepr"] = masked_reprs(
+                    self.run, args or (), kwargs or {}, self.redact)
         if self.job_key_spec() is not None and not is_fair(self):
             account = self.account_of(args or (), kwargs or {}, options.pop("account", None))
             headers = dict(options.get("headers") or {})

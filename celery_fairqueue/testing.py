@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import pytest
 import redis
@@ -149,7 +150,15 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        """The client URL, with the password of ``requirepass`` and, where a ``tls-port`` is
+        configured, ``rediss://`` trusting the configured ``tls-ca-cert-file``."""
+        password = self.config.get("requirepass")
+        auth = f":{quote(password, safe='')}@" if password else ""
+        if "tls-port" in self.config:
+            query = urlencode({"ssl_cert_reqs": "required",
+                               "ssl_ca_certs": self.config["tls-ca-cert-file"]})
+            return f"rediss://{auth}127.0.0.1:{self.config['tls-port']}/0?{query}"
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def client(self, **kwargs: Any) -> redis.Redis:
         """A new redis-py client for this server; kwargs go to ``redis.Redis.from_url``."""

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import redis
 
+from celery_fairqueue import DeadLetters
 from celery_fairqueue.keys import Keys
 from celery_fairqueue.settings import FairqueueSettings
 from celery_fairqueue.store import FairStore, make_client
@@ -39,3 +40,15 @@ def make_store(redis_client: redis.Redis, redis_url: str) -> Iterator[Callable[.
 def fair(redis_server):
     """The fair test app module, imported once the session Redis it points at is up."""
     return importlib.import_module("tests.apps.fair")
+
+
+@pytest.fixture
+def rel(redis_server):
+    """The reliable-jobs test app module."""
+    return importlib.import_module("tests.apps.reliable")
+
+
+@pytest.fixture
+def dlq(rel, redis_client):
+    """The reliable app's dead letters, on the flushed session Redis."""
+    return DeadLetters(rel.app)

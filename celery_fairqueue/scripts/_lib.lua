@@ -107,9 +107,11 @@ local function store_dead(job_id, record, now)
   record.envelope = redis.call('HGET', K_JOBS, job_id) or record.envelope or ''
   record.meta = redis.call('HGET', K_META, job_id) or ''
   record.deliveries = hget_number(K_DELIVERIES, job_id)
-  redis.call('HSET', K_DEAD, job_id, cjson.encode(record))
+  -- a job buried again (its worker died before the ack, and it failed again) counts once
+  if redis.call('HSET', K_DEAD, job_id, cjson.encode(record)) == 1 then
+    redis.call('HINCRBY', K_STATS, 'dead', 1)
+  end
   redis.call('ZADD', K_DEADINDEX, now, job_id)
-  redis.call('HINCRBY', K_STATS, 'dead', 1)
 end
 
 -- Keep the message with its reason, and forget the job.

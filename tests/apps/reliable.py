@@ -15,7 +15,7 @@ from celery import Celery
 
 import celery_fairqueue
 from celery_fairqueue import FairTask, PermanentError, ReliableTask, RetryableError, RetryPolicy
-from celery_fairqueue.testing import REDIS_URL_ENV, record_side_effect
+from celery_fairqueue.testing import LEDGER_KEY, REDIS_URL_ENV, record_side_effect
 from tests.apps._config import fair_test_conf
 
 REDIS_URL = os.environ[REDIS_URL_ENV]
@@ -56,11 +56,17 @@ def fail_as_told(lead_id: int) -> None:
         raise RetryableError("rate limited upstream", retry_after=float(rest[0]))
 
 
+# The API's side effect and its ledger entry are one atomic step, as they are for the API's
+# own records: a worker killed between two separate calls would lose the ledger entry.
+_apply_once = r.register_script("""
+if redis.call('SET', KEYS[1], '1', 'NX') then redis.call('HINCRBY', KEYS[2], ARGV[1], 1) end
+""")
+
+
 def fake_api(idempotency_key: str, ledger_key: str) -> str:
     """An external API that honours an Idempotency-Key header: one side effect per key."""
     r.hincrby("calls", ledger_key, 1)
-    if r.set(f"api:{idempotency_key}", "1", nx=True):
-        record_side_effect(r, ledger_key)
+    _apply_once(keys=[f"api:{idempotency_key}", LEDGER_KEY], args=[ledger_key])
     return f"msg-{idempotency_key[:8]}"
 
 
@@ -103,11 +109,11 @@ def send_reconciled(self, account_id: str, lead_id: int, linger: float) -> str:
 
 @app.task(base=FairTask, bind=True, account_arg="account_id", job_key=("account_id", "lead_id"),
           retry_policy=FAST)
-def storm_job(self, account_id: str, lead_id: int) -> str:
-    """A 30 ms job for the kill storm; one in a hundred fails permanently."""
+def storm_job(self, account_id: str, lead_id: int, seconds: float = 0.03) -> str:
+    """A short job for the kill storm; one in a hundred fails permanently."""
     if lead_id % 100 == 99:
         raise PermanentError(f"lead {lead_id} does not exist")
-    time.sleep(0.03)
+    time.sleep(seconds)
     return fake_api(self.request.job_key, f"{account_id}:{lead_id}")
 
 
@@ -118,3 +124,13 @@ def plain_send(self, account_id: str, lead_id: int, email: str = "") -> str:
     r.hincrby("plain_runs", str(lead_id), 1)
     fail_as_told(lead_id)
     return fake_api(self.request.job_key, f"plain:{lead_id}")
+
+
+@app.task(base=FairTask, bind=True, account_arg="account_id", retry_policy=FAST,
+          redact=("email", "phone"))
+def notify(self, account_id: str, lead_id: int, email: str, profile: dict | None = None) -> str:
+    """Quotes its secrets carelessly: in its error text when ``lead_id`` is odd, else in its
+    return value, which Celery logs."""
+    if lead_id % 2:
+        raise ValueError(f"mailbox {email} rejected the message (phone {profile['phone']})")
+    return f"sent to {email}"

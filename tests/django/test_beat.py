@@ -86,3 +86,43 @@ def test_two_beats_enqueue_each_occurrence_once(database, db_env, redis_server, 
     assert len(runs) >= 3, f"beats sent {sent} times, {enqueued} jobs"
     assert set(runs.values()) == {1}, "an occurrence ran twice"
     assert sent >= len(runs) + 3, "both beats must have sent the occurrences they share"
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("database", ["default"], indirect=True)
+@pytest.mark.django_db(transaction=True)
+def test_beat_killed_and_restarted_sends_each_occurrence_once(database, db_env, redis_server,
+                                                              redis_client, ledger,
+                                                              celery_worker_factory, tmp_path,
+                                                              request):
+    """A beat SIGKILLed and started again goes on with the schedule, none of it twice.
+
+    django-celery-beat saves ``last_run_at`` now and then, so a beat killed after sending may
+    send the same occurrence again when restarted; its occurrence key makes that one job."""
+    every_second = IntervalSchedule.objects.create(every=1, period=IntervalSchedule.SECONDS)
+    PeriodicTask.objects.create(name="tick-acme", task="tests.apps.recorded.tick",
+                                interval=every_second, args=json.dumps(["acme"]))
+    celery_worker_factory("tests.apps.recorded", env=db_env)
+    env = {**os.environ, **db_env, REDIS_URL_ENV: redis_server.url,
+           "PYTHONPATH": str(request.config.rootpath)}
+    before = 0  # occurrences run before the kill
+    for life in range(2):
+        process, log = start_beat(life, env, tmp_path, request.config.rootpath)
+        try:
+            assert wait_until(lambda n=3 * (life + 1): redis_client.llen("ticks") >= n, 20), (
+                (tmp_path / f"beat-{life}.log").read_text()[-2000:])
+        finally:
+            os.killpg(process.pid, signal.SIGKILL)  # mid-schedule, no shutdown of any kind
+            process.wait()
+            log.close()
+        before = before or redis_client.llen("ticks")
+    assert wait_until(lambda: len(ledger.counts()) == redis_client.llen("ticks"), 10)
+    runs = ledger.counts()
+    after = len(runs) - before
+    sent = sum((tmp_path / f"beat-{i}.log").read_text().count("Sending due task tick-acme")
+               for i in range(2))
+    print(f"\nbeat SIGKILL: {sent} sends by a beat killed and restarted, {len(runs)} "
+          f"occurrences run ({before} before the kill, {after} after), "
+          f"{sum(runs.values()) - len(runs)} duplicates")
+    assert set(runs.values()) == {1}, "an occurrence ran twice"
+    assert before >= 3 and after >= 3

@@ -1,28 +1,17 @@
 """Reliable jobs on real workers: markers, reconciliation, classified retries, dead letters."""
 
-import importlib
 import itertools
 import random
 import time
 
 import pytest
 
-from celery_fairqueue import DeadLetters, PermanentError
+from celery_fairqueue import PermanentError
 from celery_fairqueue.publish import get_store
 from celery_fairqueue.testing import wait_until
 
 APP = "tests.apps.reliable"
 CRASH_ENV = {"FQ_LEASE_SECONDS": "2", "FQ_HEARTBEAT_SECONDS": "0.5"}
-
-
-@pytest.fixture
-def rel(redis_server):
-    return importlib.import_module(APP)
-
-
-@pytest.fixture
-def dlq(rel, redis_client):
-    return DeadLetters(rel.app)
 
 
 def attempts(redis_client, lead):
@@ -183,21 +172,25 @@ def test_plain_reliable_task_retries_and_dead_letters_too(rel, celery_worker_fac
 
 
 @pytest.mark.reliability
+@pytest.mark.parametrize(("jobs", "kills", "seconds", "pause"), [
+    (2000, 10, 0.03, (0.4, 0.9)), (10_000, 20, 0.01, (0.5, 1.0))],
+    ids=["2000-jobs-10-kills", "10000-jobs-20-kills"])
 def test_kill_storm_loses_nothing_and_duplicates_nothing(rel, celery_worker_factory,
-                                                         redis_client, ledger, dlq):
-    jobs, kills = 2000, 10
+                                                         redis_client, ledger, dlq, jobs, kills,
+                                                         seconds, pause):
+    """Jobs of ``seconds``, kills ``pause`` seconds apart over most of the run."""
     workers = [celery_worker_factory(APP, concurrency=4, env=CRASH_ENV) for _ in range(2)]
     for lead in range(jobs):
-        rel.storm_job.delay(f"acct{lead % 20}", lead)
+        rel.storm_job.delay(f"acct{lead % 20}", lead, seconds)
     store = get_store(rel.app)
     rng = random.Random(7)
     for _ in range(kills):
-        time.sleep(rng.uniform(0.4, 0.9))
+        time.sleep(rng.uniform(*pause))
         victim = rng.randrange(len(workers))
         workers[victim].kill()
         workers[victim] = celery_worker_factory(APP, concurrency=4, env=CRASH_ENV)
     expected_dead = {lead for lead in range(jobs) if lead % 100 == 99}
-    assert wait_until(lambda: len(ledger.counts()) + dlq.count() >= jobs, timeout=240,
+    assert wait_until(lambda: len(ledger.counts()) + dlq.count() >= jobs, timeout=300,
                       interval=0.5)
     counts = ledger.counts()
     dead = {int(d.args[1]) for d in dlq.list(limit=jobs)}
