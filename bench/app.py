@@ -12,7 +12,7 @@ import redis
 from celery import Celery
 
 import celery_fairqueue
-from celery_fairqueue import FairTask
+from celery_fairqueue import FairTask, PermanentError, RetryPolicy
 from celery_fairqueue.testing import REDIS_URL_ENV
 
 REDIS_URL = os.environ[REDIS_URL_ENV]
@@ -26,6 +26,10 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
     fairqueue_poll_interval=0.05,
+    # the soak bench shortens these to see crashed workers' jobs return and keys expire
+    fairqueue_lease_seconds=float(os.environ.get("FQ_LEASE_SECONDS", "60")),
+    fairqueue_heartbeat_interval=float(os.environ.get("FQ_HEARTBEAT_SECONDS", "10")),
+    fairqueue_job_retention=float(os.environ.get("FQ_JOB_RETENTION", "86400")),
 )
 celery_fairqueue.install(app)
 
@@ -71,3 +75,24 @@ def fair_noop(account: str) -> None:
 @app.task
 def plain_noop(account: str) -> None:
     _tick()
+
+
+class SoakTask(FairTask):
+    """Reconciles as the docs recommend: a crash after the side effect finds it recorded."""
+
+    retry_policy = RetryPolicy(base=0.05, cap=0.5, max_attempts=3)
+
+    def already_applied(self, job_key: str, account: str, n: int, *args: object) -> str | None:
+        return "done" if ledger.hexists("soak:done", f"{account}:{n}") else None
+
+
+@app.task(base=SoakTask, bind=True, account_arg="account", job_key=("account", "n"))
+def soak_job(self, account: str, n: int, enqueued: float, seconds: float, fail: str) -> None:
+    """The soak's job: ``fail`` is "" (runs), "once" (a timeout, then runs) or "permanent"."""
+    if fail == "permanent":
+        raise PermanentError(f"job {n} is invalid")
+    if fail == "once" and not self.request.retries:
+        raise TimeoutError("upstream timed out")
+    ledger.rpush("soak:waits", time.time() - enqueued)
+    time.sleep(seconds)
+    ledger.hincrby("soak:done", f"{account}:{n}", 1)

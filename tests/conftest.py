@@ -13,10 +13,30 @@ from celery_fairqueue.keys import Keys
 from celery_fairqueue.settings import FairqueueSettings
 from celery_fairqueue.store import FairStore, make_client
 
+FIGURES = pytest.StashKey[list[str]]()
+
 
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.has_plugin("celery_fairqueue"):
         config.pluginmanager.import_plugin("celery_fairqueue.testing")
+    config.stash[FIGURES] = []
+
+
+@pytest.fixture
+def figure(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """``figure("kill storm: ...")``: a measured result, listed at the end of the run."""
+
+    def record(line: str) -> None:
+        request.config.stash[FIGURES].append(line)
+
+    return record
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if config.stash[FIGURES]:
+        terminalreporter.section("figures")
+        for line in config.stash[FIGURES]:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture

@@ -94,7 +94,7 @@ def test_two_beats_enqueue_each_occurrence_once(database, db_env, redis_server, 
 def test_beat_killed_and_restarted_sends_each_occurrence_once(database, db_env, redis_server,
                                                               redis_client, ledger,
                                                               celery_worker_factory, tmp_path,
-                                                              request):
+                                                              request, figure):
     """A beat SIGKILLed and started again goes on with the schedule, none of it twice.
 
     django-celery-beat saves ``last_run_at`` now and then, so a beat killed after sending may
@@ -121,8 +121,8 @@ def test_beat_killed_and_restarted_sends_each_occurrence_once(database, db_env, 
     after = len(runs) - before
     sent = sum((tmp_path / f"beat-{i}.log").read_text().count("Sending due task tick-acme")
                for i in range(2))
-    print(f"\nbeat SIGKILL: {sent} sends by a beat killed and restarted, {len(runs)} "
-          f"occurrences run ({before} before the kill, {after} after), "
-          f"{sum(runs.values()) - len(runs)} duplicates")
+    figure(f"beat SIGKILL: {sent} sends by a beat killed and restarted, {len(runs)} "
+           f"occurrences run ({before} before the kill, {after} after), "
+           f"{sum(runs.values()) - len(runs)} duplicates")
     assert set(runs.values()) == {1}, "an occurrence ran twice"
     assert before >= 3 and after >= 3

@@ -388,7 +388,7 @@ def test_delayed_jobs_are_recorded_ready_when_the_store_promotes_them(database, 
 DOWN_SECONDS = float(os.environ.get("FQ_DB_DOWN_SECONDS", "30"))
 
 
-def run_jobs_while(outage, seconds, label):
+def run_jobs_while(outage, seconds, label, figure):
     """Enqueue a job every 0.2 s while ``outage`` keeps the database away for ``seconds``: the
     worker must run them meanwhile, and afterwards every one must be recorded, attempts
     included."""
@@ -405,15 +405,15 @@ def run_jobs_while(outage, seconds, label):
     n = len(results)
     assert wait_until(lambda: Job.objects.filter(status=Status.SUCCEEDED).count() == n, 30)
     recorded = Attempt.objects.filter(outcome=Outcome.SUCCEEDED).count()
-    print(f"\n{label} {seconds:.0f} s: {n} jobs enqueued, {run_meanwhile} of them run while it "
-          f"was away, {recorded}/{n} recorded once it was back, {n - recorded} rows lost")
+    figure(f"{label} {seconds:.0f} s: {n} jobs enqueued, {run_meanwhile} of them run while it "
+           f"was away, {recorded}/{n} recorded once it was back, {n - recorded} rows lost")
     assert recorded == n
     assert run_meanwhile >= n - 3, "dispatch must not wait for the database"
 
 
 @pytest.mark.parametrize("database", ["default"], indirect=True)
 @pytest.mark.parametrize("down_seconds", [3.0])
-def test_recorder_catches_up_after_sqlite_was_locked(database, fair, start_recorder,
+def test_recorder_catches_up_after_sqlite_was_locked(figure, database, fair, start_recorder,
                                                      celery_worker_factory, caplog,
                                                      down_seconds):
     if connections[database].vendor != "sqlite":
@@ -432,14 +432,14 @@ def test_recorder_catches_up_after_sqlite_was_locked(database, fair, start_recor
 
     start_recorder(fair.app)
     celery_worker_factory("tests.apps.fair")
-    run_jobs_while(locked, down_seconds, "sqlite locked")
+    run_jobs_while(locked, down_seconds, "sqlite locked", figure)
     assert "database unavailable" in caplog.text
 
 
 @pytest.mark.reliability
 @pytest.mark.parametrize("database", ["postgres"], indirect=True)
 @pytest.mark.parametrize("down_seconds", [DOWN_SECONDS])
-def test_recorder_catches_up_after_postgres_was_down(database, fair, start_recorder,
+def test_recorder_catches_up_after_postgres_was_down(figure, database, fair, start_recorder,
                                                      celery_worker_factory, pg_server, caplog,
                                                      down_seconds):
     @contextlib.contextmanager
@@ -453,7 +453,7 @@ def test_recorder_catches_up_after_postgres_was_down(database, fair, start_recor
 
     start_recorder(fair.app)
     celery_worker_factory("tests.apps.fair")
-    run_jobs_while(stopped, down_seconds, "postgres down")
+    run_jobs_while(stopped, down_seconds, "postgres down", figure)
     assert "database unavailable" in caplog.text
 
 

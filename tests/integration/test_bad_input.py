@@ -100,7 +100,7 @@ def dead_reason(fair_store, job_id):
     ],
 )
 def test_undeliverable_jobs_are_dead_lettered_with_their_reason(
-    fair, celery_worker_factory, fair_store, envelope, reason
+    fair, celery_worker_factory, fair_store, envelope, reason, figure
 ):
     worker = celery_worker_factory(APP)
     raw_job(fair_store, "bad:0", envelope)
@@ -108,10 +108,11 @@ def test_undeliverable_jobs_are_dead_lettered_with_their_reason(
     assert reason in dead_reason(fair_store, "bad:0")
     assert fair_store.counts("celery")["running"] == 0
     assert "bad:0" in worker.log_path.read_text()  # and the worker log says which job
+    figure(f"bad input: dead-lettered as {dead_reason(fair_store, 'bad:0')[:60]!r}, 0 lost")
 
 
 def test_poison_message_that_kills_its_worker_is_dead_lettered_not_retried_forever(
-    fair, celery_worker_factory, fair_store, redis_client
+    fair, celery_worker_factory, fair_store, redis_client, figure
 ):
     worker = celery_worker_factory(
         APP, pool="prefork", concurrency=1, env={"FQ_MAX_DELIVERIES": "3"}
@@ -124,3 +125,4 @@ def test_poison_message_that_kills_its_worker_is_dead_lettered_not_retried_forev
     assert wait_until(lambda: fair_store.client.hlen(fair_store.keys.dead) == 1, timeout=20)
     job_id = fair_store.client.hkeys(fair_store.keys.dead)[0]
     assert "without being settled" in dead_reason(fair_store, job_id)
+    figure("poison message: killed its worker's child 3 times, then dead-lettered, not retried")

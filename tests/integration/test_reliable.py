@@ -175,7 +175,7 @@ def test_plain_reliable_task_retries_and_dead_letters_too(rel, celery_worker_fac
 @pytest.mark.parametrize(("jobs", "kills", "seconds", "pause"), [
     (2000, 10, 0.03, (0.4, 0.9)), (10_000, 20, 0.01, (0.5, 1.0))],
     ids=["2000-jobs-10-kills", "10000-jobs-20-kills"])
-def test_kill_storm_loses_nothing_and_duplicates_nothing(rel, celery_worker_factory,
+def test_kill_storm_loses_nothing_and_duplicates_nothing(figure, rel, celery_worker_factory,
                                                          redis_client, ledger, dlq, jobs, kills,
                                                          seconds, pause):
     """Jobs of ``seconds``, kills ``pause`` seconds apart over most of the run."""
@@ -198,10 +198,10 @@ def test_kill_storm_loses_nothing_and_duplicates_nothing(rel, celery_worker_fact
     lost = set(range(jobs)) - succeeded - dead
     duplicates = {k: v for k, v in counts.items() if v > 1}
     reruns = sum(int(v) - 1 for v in redis_client.hgetall("calls").values())
-    print(f"\nkill storm: {jobs} jobs, {kills} kills, {len(lost)} lost, {len(duplicates)} "
-          f"duplicate side effects, {len(dead)} dead-lettered with a reason, {reruns} API calls "
-          f"repeated after a kill and absorbed by the idempotency key, "
-          f"{store.stats().get('reaped', 0)} leases reaped")
+    figure(f"kill storm: {jobs} jobs, {kills} kills, {len(lost)} lost, {len(duplicates)} "
+           f"duplicate side effects, {len(dead)} dead-lettered with a reason, {reruns} API calls "
+           f"repeated after a kill and absorbed by the idempotency key, "
+           f"{store.stats().get('reaped', 0)} leases reaped")
     assert not lost and not duplicates
     assert dead == expected_dead
     assert all(d.reason.startswith("permanent: lead") for d in dlq.list(limit=jobs))

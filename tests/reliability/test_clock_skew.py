@@ -17,7 +17,7 @@ def skewed(seconds: int) -> dict:
     return {"FQ_CLOCK_SKEW": str(seconds), "FQ_LEASE_SECONDS": "4", "FQ_HEARTBEAT_SECONDS": "1"}
 
 
-def test_skewed_workers_keep_leases_and_the_rate_limit(fair, celery_worker_factory,
+def test_skewed_workers_keep_leases_and_the_rate_limit(figure, fair, celery_worker_factory,
                                                        redis_client, ledger):
     set_account_limit(fair.app, "limited", rate="5/s", burst=1)
     for n in range(6):
@@ -41,9 +41,9 @@ def test_skewed_workers_keep_leases_and_the_rate_limit(fair, celery_worker_facto
                   if run["account"] == "limited" and int(run["key"].split(":")[1]) >= 6)
     rate = (len(late) - 1) / (late[-1] - late[0])
     skews = [run["end"] - run["redis_end"] for run in runs]  # worker clock minus Redis clock
-    print(f"\nclock skew +-30 s: 32 jobs, {len(duplicates)} duplicates, {len(reran)} long jobs "
-          f"re-run (their 4 s leases outlived by heartbeats), 5/s limit achieved "
-          f"{rate:.2f}/s by the worker 60 s ahead of the one before it")
+    figure(f"clock skew +-30 s: 32 jobs, {len(duplicates)} duplicates, {len(reran)} long jobs "
+           f"re-run (their 4 s leases outlived by heartbeats), 5/s limit achieved "
+           f"{rate:.2f}/s by the worker 60 s ahead of the one before it")
     assert max(skews) > 25  # the skew was really in force
     assert not duplicates and not reran and ahead.is_alive()
     assert 4.0 <= rate <= 5.5

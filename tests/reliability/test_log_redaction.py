@@ -10,7 +10,8 @@ EMAIL, PHONE = "jane.doe@example.com", "+1-555-0100"
 
 
 @pytest.mark.parametrize("pool", ["threads", "prefork"])
-def test_redacted_arguments_never_reach_the_worker_log(rel, celery_worker_factory, dlq, pool):
+def test_redacted_arguments_never_reach_the_worker_log(rel, celery_worker_factory, dlq, pool,
+figure):
     worker = celery_worker_factory(APP, pool=pool)
     ok = rel.notify.delay("acme", 2, EMAIL, profile={"phone": PHONE})
     rel.notify.delay("acme", 1, EMAIL, profile={"phone": PHONE})
@@ -20,8 +21,8 @@ def test_redacted_arguments_never_reach_the_worker_log(rel, celery_worker_factor
     assert "succeeded in" in log and "mailbox *** rejected the message (phone ***)" in log
     assert "Traceback" in log
     leaks = [line for line in log.splitlines() if EMAIL in line or PHONE in line]
-    print(f"\nlog redaction ({pool}): 2 jobs quoting an email and a phone, {len(leaks)} log "
-          "lines with either")
+    figure(f"log redaction ({pool}): 2 jobs quoting an email and a phone, {len(leaks)} log "
+           "lines with either")
     assert leaks == []
 
 

@@ -32,7 +32,7 @@ def session_redis(redis_server, redis_client, fair):
     redis_server.client().config_set("appendonly", "no")
 
 
-def test_aof_restart_keeps_every_acknowledged_enqueue(session_redis, fair, tmp_path):
+def test_aof_restart_keeps_every_acknowledged_enqueue(figure, session_redis, fair, tmp_path):
     server = session_redis
     server.client().config_set("appendfsync", "everysec")
     server.client().config_set("appendonly", "yes")
@@ -48,14 +48,15 @@ def test_aof_restart_keeps_every_acknowledged_enqueue(session_redis, fair, tmp_p
     worker = start_worker(server, tmp_path, "aof")
     client = server.client(decode_responses=True)
     assert wait_until(lambda: client.hlen("ledger") == 300, timeout=60)
-    print(f"\nredis restart (AOF everysec): {len(ids)} acknowledged enqueues, {kept} kept, "
-          f"{300 - client.hlen('ledger')} lost, all ran once: "
-          f"{set(client.hvals('ledger')) == {'1'}}")
+    figure(f"redis restart (AOF everysec): {len(ids)} acknowledged enqueues, {kept} kept, "
+           f"{300 - client.hlen('ledger')} lost, all ran once: "
+           f"{set(client.hvals('ledger')) == {'1'}}")
     assert kept == 300
     worker.kill()
 
 
-def test_restart_without_persistence_is_detected_and_reported(session_redis, fair, tmp_path):
+def test_restart_without_persistence_is_detected_and_reported(session_redis, fair, tmp_path,
+figure):
     server = session_redis
     worker = start_worker(server, tmp_path, "nopersist")
     fair.job.delay("acme", 1).get(timeout=20)
@@ -65,12 +66,12 @@ def test_restart_without_persistence_is_detected_and_reported(session_redis, fai
         worker.log_tail()
     line = next(text for text in worker.log_path.read_text().splitlines()
                 if "lost its data" in text)
-    print(f"\nredis restart without persistence: reported: {line.split('fairqueue: ')[1][:90]}...")
+    figure(f"redis restart without persistence: reported: {line.split('fairqueue: ')[1][:90]}...")
     assert "appendonly" in line
     worker.kill()
 
 
-def test_redis_paused_five_seconds_workers_recover_without_duplicates(session_redis, fair,
+def test_redis_paused_five_seconds_workers_recover_without_duplicates(figure, session_redis, fair,
                                                                       tmp_path):
     server = session_redis
     worker = start_worker(server, tmp_path, "paused", concurrency=4)
@@ -85,7 +86,7 @@ def test_redis_paused_five_seconds_workers_recover_without_duplicates(session_re
     counts = {k: int(v) for k, v in client.hgetall("ledger").items()}
     duplicates = sum(1 for v in counts.values() if v > 1)
     restarts = worker.log_path.read_text().count("ready.")
-    print(f"\nredis paused 5 s: 200 jobs, {200 - len(counts)} lost, {duplicates} duplicates, "
-          f"worker alive: {worker.is_alive()}, ready lines: {restarts}")
+    figure(f"redis paused 5 s: 200 jobs, {200 - len(counts)} lost, {duplicates} duplicates, "
+           f"worker alive: {worker.is_alive()}, ready lines: {restarts}")
     assert worker.is_alive() and duplicates == 0
     worker.kill()

@@ -12,7 +12,8 @@ BOOKKEEPING = {"{fairqueue}:seq", "{fairqueue}:queues", "{fairqueue}:stats",
                "{fairqueue}:instance"}
 
 
-def test_many_accounts_cost_little_memory_and_leave_no_keys_behind(make_store, redis_client):
+def test_many_accounts_cost_little_memory_and_leave_no_keys_behind(make_store, redis_client,
+figure):
     store = make_store(job_retention=0.5)
     envelope = Envelope(body="[[], {}, {}]", headers={"task": "t", "id": "x"}).to_json()
     before = int(redis_client.info("memory")["used_memory"])
@@ -30,8 +31,8 @@ def test_many_accounts_cost_little_memory_and_leave_no_keys_behind(make_store, r
     while store.trim_done(batch=5000):
         pass
     left = set(redis_client.keys("*"))
-    print(f"\nscale: {ACCOUNTS} accounts with a ready job, {per_job:.0f} B of Redis per pending "
-          f"job, {done} done, keys left after retention: {sorted(left)}")
+    figure(f"scale: {ACCOUNTS} accounts with a ready job, {per_job:.0f} B of Redis per pending "
+           f"job, {done} done, keys left after retention: {sorted(left)}")
     assert done == ACCOUNTS
     assert left <= BOOKKEEPING
 

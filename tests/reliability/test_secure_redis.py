@@ -50,7 +50,7 @@ def secured(secure_redis, monkeypatch, redis_server):
     sys.modules.pop("tests.apps.secured", None)
 
 
-def test_jobs_run_through_a_password_protected_tls_store(secured, secure_redis, ledger,
+def test_jobs_run_through_a_password_protected_tls_store(figure, secured, secure_redis, ledger,
                                                          celery_worker_factory, redis_client):
     assert secure_redis.url.startswith("rediss://:")
     worker = celery_worker_factory("tests.apps.secured",
@@ -65,8 +65,8 @@ def test_jobs_run_through_a_password_protected_tls_store(secured, secure_redis, 
     log = worker.log_tail(10_000)
     assert "claiming fair jobs" in log
     assert PASSWORD not in log
-    print(f"\nsecure store: 5 jobs over rediss:// with a password, 0 lost, password in the "
-          f"worker log: {PASSWORD in log}")
+    figure(f"secure store: 5 jobs over rediss:// with a password, 0 lost, password in the "
+           f"worker log: {PASSWORD in log}")
 
 
 def test_a_wrong_password_is_a_clear_error_without_the_password(secure_redis):
