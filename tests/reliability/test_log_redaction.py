@@ -11,7 +11,7 @@ EMAIL, PHONE = "jane.doe@example.com", "+1-555-0100"
 
 @pytest.mark.parametrize("pool", ["threads", "prefork"])
 def test_redacted_arguments_never_reach_the_worker_log(rel, celery_worker_factory, dlq, pool,
-figure):
+                                                       figure):
     worker = celery_worker_factory(APP, pool=pool)
     ok = rel.notify.delay("acme", 2, EMAIL, profile={"phone": PHONE})
     rel.notify.delay("acme", 1, EMAIL, profile={"phone": PHONE})

@@ -56,7 +56,7 @@ def test_aof_restart_keeps_every_acknowledged_enqueue(figure, session_redis, fai
 
 
 def test_restart_without_persistence_is_detected_and_reported(session_redis, fair, tmp_path,
-figure):
+                                                              figure):
     server = session_redis
     worker = start_worker(server, tmp_path, "nopersist")
     fair.job.delay("acme", 1).get(timeout=20)
