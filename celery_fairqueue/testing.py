@@ -5,6 +5,10 @@ the fixtures ``redis_server``, ``redis_server_factory``, ``redis_url``, ``redis_
 ``celery_worker_factory``, ``pg_server`` and ``ledger``. Nothing is mocked: every fixture starts
 the real program as a subprocess and stops it at teardown, failures included.
 
+Why not pytest-celery: its workers run in Docker containers (the smoke-test setup) or as a
+thread inside the test process (the ``celery_worker`` fixture); neither is a ``celery worker``
+process with its own bootsteps that a test can SIGKILL, which is what crash tests need.
+
 Django is never imported here; the core package must work without it.
 """
 

@@ -57,18 +57,22 @@ def start_beat(index, env, tmp_path, rootdir):
     return process, log
 
 
-@pytest.mark.parametrize("database", ["default"], indirect=True)
-@pytest.mark.django_db(transaction=True)
-def test_two_beats_enqueue_each_occurrence_once(database, db_env, redis_server, redis_client,
-                                                ledger, celery_worker_factory, tmp_path,
-                                                request):
-    recorded = importlib.import_module("tests.apps.recorded")
+@pytest.fixture
+def env(database, db_env, redis_server, celery_worker_factory, request):
+    """A tick a second for account acme on the schedule, a worker for it, and the environment
+    of a beat process."""
     every_second = IntervalSchedule.objects.create(every=1, period=IntervalSchedule.SECONDS)
     PeriodicTask.objects.create(name="tick-acme", task="tests.apps.recorded.tick",
                                 interval=every_second, args=json.dumps(["acme"]))
     celery_worker_factory("tests.apps.recorded", env=db_env)
-    env = {**os.environ, **db_env, REDIS_URL_ENV: redis_server.url,
-           "PYTHONPATH": str(request.config.rootpath)}
+    return {**os.environ, **db_env, REDIS_URL_ENV: redis_server.url,
+            "PYTHONPATH": str(request.config.rootpath)}
+
+
+@pytest.mark.parametrize("database", ["default"], indirect=True)
+@pytest.mark.django_db(transaction=True)
+def test_two_beats_enqueue_each_occurrence_once(env, ledger, tmp_path, request):
+    recorded = importlib.import_module("tests.apps.recorded")
     beats = [start_beat(i, env, tmp_path, request.config.rootpath) for i in range(2)]
     try:
         time.sleep(6)
@@ -91,20 +95,12 @@ def test_two_beats_enqueue_each_occurrence_once(database, db_env, redis_server, 
 @pytest.mark.reliability
 @pytest.mark.parametrize("database", ["default"], indirect=True)
 @pytest.mark.django_db(transaction=True)
-def test_beat_killed_and_restarted_sends_each_occurrence_once(database, db_env, redis_server,
-                                                              redis_client, ledger,
-                                                              celery_worker_factory, tmp_path,
-                                                              request, figure):
+def test_beat_killed_and_restarted_sends_each_occurrence_once(env, redis_client, ledger,
+                                                              tmp_path, request, figure):
     """A beat SIGKILLed and started again goes on with the schedule, none of it twice.
 
     django-celery-beat saves ``last_run_at`` now and then, so a beat killed after sending may
     send the same occurrence again when restarted; its occurrence key makes that one job."""
-    every_second = IntervalSchedule.objects.create(every=1, period=IntervalSchedule.SECONDS)
-    PeriodicTask.objects.create(name="tick-acme", task="tests.apps.recorded.tick",
-                                interval=every_second, args=json.dumps(["acme"]))
-    celery_worker_factory("tests.apps.recorded", env=db_env)
-    env = {**os.environ, **db_env, REDIS_URL_ENV: redis_server.url,
-           "PYTHONPATH": str(request.config.rootpath)}
     before = 0  # occurrences run before the kill
     for life in range(2):
         process, log = start_beat(life, env, tmp_path, request.config.rootpath)
