@@ -15,7 +15,7 @@ from celery import Celery
 
 import celery_fairqueue
 from celery_fairqueue import FairTask, PermanentError, ReliableTask, RetryableError, RetryPolicy
-from celery_fairqueue.testing import LEDGER_KEY, REDIS_URL_ENV, record_side_effect
+from celery_fairqueue.testing import LEDGER_KEY, REDIS_URL_ENV
 from tests.apps._config import fair_test_conf
 
 REDIS_URL = os.environ[REDIS_URL_ENV]
@@ -100,8 +100,11 @@ class Reconciled(FairTask):
           job_key=("account_id", "lead_id"), retry_policy=FAST)
 def send_reconciled(self, account_id: str, lead_id: int, linger: float) -> str:
     r.hincrby("starts", f"{account_id}:{lead_id}", 1)
-    record_side_effect(r, f"{account_id}:{lead_id}")  # a side effect with no idempotency key
-    r.set(f"sent:{self.request.job_key}", f"ext-{lead_id}")
+    # a side effect with no idempotency key, which the external system records as it happens
+    with r.pipeline() as send:  # MULTI: the send and its record, as one
+        send.hincrby(LEDGER_KEY, f"{account_id}:{lead_id}", 1)
+        send.set(f"sent:{self.request.job_key}", f"ext-{lead_id}")
+        send.execute()
     self.set_external_id(f"ext-{lead_id}")
     time.sleep(linger)
     return f"ext-{lead_id}"
