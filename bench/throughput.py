@@ -103,9 +103,8 @@ def claim_latencies(server, accounts: int, jobs: int, samples: int) -> tuple[lis
     store = FairStore(make_client(server.url), Keys(), settings)
     envelope = Envelope(body="[[], {}, {}]", headers={"task": "bench", "id": "x"}).to_json()
     before = int(client.info("memory")["used_memory"])
-    for n in range(jobs):
-        store.enqueue(queue="celery", account=f"account-{n % accounts}", job_id=f"job-{n}:0",
-                      envelope=envelope)
+    store.enqueue_many(dict(queue="celery", account=f"account-{n % accounts}",
+                            job_id=f"job-{n}:0", envelope=envelope) for n in range(jobs))
     per_job = (int(client.info("memory")["used_memory"]) - before) / jobs
     no_limit = AccountLimit().pack(0)
     latencies = []

@@ -108,30 +108,66 @@ class FairStore:
                   else make_client(settings.redis_url))
         return cls(client, Keys(settings.key_prefix), settings)
 
-    def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any]) -> Any:
+    def _keys_for(self, queues: Sequence[QueueKeys]) -> list[str]:
         keys = list(self._global)
         for queue_keys in queues:
             keys.extend(queue_keys.as_list())
         keys.append(self.keys.events)
+        return keys
+
+    def _unreachable(self, name: str, exc: Exception) -> StoreUnavailableError:
+        url = maybe_sanitize_url(self.settings.redis_url or "")
+        return StoreUnavailableError(f"fair store at {url} is unreachable during {name}: {exc}")
+
+    def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any]) -> Any:
         try:
-            return self._scripts[name](keys=keys, args=list(args))
+            return self._scripts[name](keys=self._keys_for(queues), args=list(args))
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            url = maybe_sanitize_url(self.settings.redis_url or "")
-            raise StoreUnavailableError(
-                f"fair store at {url} is unreachable during {name}: {exc}") from exc
+            raise self._unreachable(name, exc) from exc
+
+    def _run_many(self, name: str, calls: Iterable[tuple[Sequence[QueueKeys], Sequence[Any]]],
+                  chunk: int) -> list[Any]:
+        """:meth:`_run` for each call, ``chunk`` calls a round trip. A resent chunk (after a
+        dropped connection) is harmless: every script is idempotent per job id and token."""
+        script = self._scripts[name]
+        results: list[Any] = []
+        pipe = self.client.pipeline(transaction=False)
+        try:
+            for n, (queues, args) in enumerate(calls, 1):
+                script(keys=self._keys_for(queues), args=list(args), client=pipe)
+                if n % chunk == 0:
+                    results.extend(pipe.execute())
+            results.extend(pipe.execute())
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise self._unreachable(name, exc) from exc
+        return results
 
     # -- producer side -------------------------------------------------------------------------
+
+    def _enqueue_args(self, *, queue: str, account: str, job_id: str, envelope: str,
+                      due: float | None = None, job_key: str | None = None,
+                      dedupe: bool = True, task: str = "", shown_args: str = "") -> list[Any]:
+        return [job_id, encode_id(account), encode_id(queue), envelope, due or 0,
+                job_key or NO_JOB_KEY, "1" if dedupe else "0", self.settings.job_retention, task,
+                shown_args]
 
     def enqueue(self, *, queue: str, account: str, job_id: str, envelope: str,
                 due: float | None = None, job_key: str | None = None,
                 dedupe: bool = True, task: str = "", shown_args: str = "") -> EnqueueResult:
         """Store a job; an existing delivery or pending/running/recently done key is reused."""
-        status, stored_id = self._run("enqueue", [self.keys.queue(queue)], [
-            job_id, encode_id(account), encode_id(queue), envelope, due or 0,
-            job_key or NO_JOB_KEY, "1" if dedupe else "0", self.settings.job_retention, task,
-            shown_args,
-        ])
+        status, stored_id = self._run("enqueue", [self.keys.queue(queue)], self._enqueue_args(
+            queue=queue, account=account, job_id=job_id, envelope=envelope, due=due,
+            job_key=job_key, dedupe=dedupe, task=task, shown_args=shown_args))
         return EnqueueResult(job_id=stored_id, created=status != 0, delayed=status == 2)
+
+    def enqueue_many(self, jobs: Iterable[dict[str, Any]], chunk: int = 1000
+                     ) -> list[EnqueueResult]:
+        """:meth:`enqueue` for each mapping of its keywords, ``chunk`` jobs a round trip, for
+        loading many stored jobs at once (the scale test, the benches' backlogs). Each job is
+        stored atomically; a failure part-way leaves the earlier chunks stored."""
+        calls = (([self.keys.queue(job["queue"])], self._enqueue_args(**job)) for job in jobs)
+        return [EnqueueResult(job_id=stored_id, created=status != 0, delayed=status == 2)
+                for status, stored_id in self._run_many("enqueue", calls, chunk)]
 
     # -- worker side ---------------------------------------------------------------------------
 
@@ -161,6 +197,13 @@ class FairStore:
         """The job ran (or handed over to its retry): release its lease and slot."""
         return bool(self._run("ack", [self.keys.queue(queue)],
                               [job_id, token, encode_id(account)]))
+
+    def ack_many(self, jobs: Iterable[ClaimedJob], token: str, chunk: int = 1000) -> list[bool]:
+        """:meth:`ack` for each claimed job, ``chunk`` a round trip, for callers that claim and
+        settle in bulk without a worker (the scale test)."""
+        calls = (([self.keys.queue(job.queue)], [job.job_id, token, job.account])
+                 for job in jobs)
+        return [bool(done) for done in self._run_many("ack", calls, chunk)]
 
     def requeue(self, queue: str, account: str, job_id: str, token: str) -> bool:
         """Give a leased job back to ready, in its FIFO place."""

@@ -331,6 +331,10 @@ class Ledger:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
 
+    def __len__(self) -> int:
+        """Job keys with a side effect, without reading them all."""
+        return int(self.client.hlen(LEDGER_KEY))
+
     def counts(self) -> dict[str, int]:
         """Side effects per job key."""
         raw = self.client.hgetall(LEDGER_KEY)
@@ -346,7 +350,7 @@ class Ledger:
 
     def wait_for(self, n: int, timeout: float = 30.0) -> dict[str, int]:
         """Wait until at least ``n`` distinct job keys have a side effect; return the counts."""
-        if not wait_until(lambda: self.client.hlen(LEDGER_KEY) >= n, timeout):
+        if not wait_until(lambda: len(self) >= n, timeout):
             counts = self.counts()
             raise TimeoutError(f"ledger has {len(counts)} of {n} keys after {timeout}s: {counts}")
         return self.counts()

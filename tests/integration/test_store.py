@@ -244,3 +244,18 @@ def test_settled_jobs_leave_no_per_job_state(store):
     assert c.hlen(k.jobs) == c.hlen(k.meta) == c.hlen(k.deliveries) == c.hlen(k.owners) == 0
     assert c.zcard(k.leases) == c.zcard(qk.ready) == c.llen(qk.ring) == 0
     assert c.hlen(qk.state) == c.hlen(qk.nready) == c.hlen(qk.running) == 0
+
+
+def test_bulk_enqueue_and_ack_behave_as_one_call_each(store):
+    jobs = [dict(queue="default", account=f"a{n % 3}", job_id=f"t{n}:0", envelope="{}",
+                 job_key=f"k{n % 5}") for n in range(10)]
+    jobs.append(dict(queue="default", account="later", job_id="late:0", envelope="{}",
+                     due=time.time() + 60))
+    results = store.enqueue_many(jobs, chunk=4)
+    assert [r.created for r in results] == [True] * 5 + [False] * 5 + [True]
+    assert results[7].task_id == "t2" and results[-1].delayed
+    claimed = store.claim(["default"], 10, TOKEN, NO_LIMIT)
+    assert sorted(job.job_id for job in claimed) == [f"t{n}:0" for n in range(5)]
+    assert store.ack_many(claimed, TOKEN, chunk=2) == [True] * 5
+    assert store.ack_many(claimed, TOKEN) == [False] * 5  # settled already
+    assert store.counts("default")["running"] == 0

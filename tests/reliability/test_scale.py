@@ -17,16 +17,16 @@ def test_many_accounts_cost_little_memory_and_leave_no_keys_behind(make_store, r
     store = make_store(job_retention=0.5)
     envelope = Envelope(body="[[], {}, {}]", headers={"task": "t", "id": "x"}).to_json()
     before = int(redis_client.info("memory")["used_memory"])
-    for n in range(ACCOUNTS):
-        store.enqueue(queue="celery", account=f"account-{n}", job_id=f"job-{n}:0",
-                      envelope=envelope, job_key=f"key-{n}")
+    created = store.enqueue_many(
+        dict(queue="celery", account=f"account-{n}", job_id=f"job-{n}:0", envelope=envelope,
+             job_key=f"key-{n}") for n in range(ACCOUNTS))
+    assert all(result.created for result in created)
     per_job = (int(redis_client.info("memory")["used_memory"]) - before) / ACCOUNTS
     no_limit = AccountLimit().pack(0)
     done = 0
     while jobs := store.claim(["celery"], 64, "scale", no_limit):
-        for job in jobs:
-            assert store.ack(job.queue, job.account, job.job_id, "scale")
-            done += 1
+        assert all(store.ack_many(jobs, "scale"))
+        done += len(jobs)
     time.sleep(0.6)
     while store.trim_done(batch=5000):
         pass
