@@ -87,8 +87,9 @@ class FairDispatcher:
             self._maintainer = threading.Thread(
                 target=self._maintain, name="fairqueue-maintenance", daemon=True)
             self._maintainer.start()
-        logger.info("fairqueue: claiming fair jobs from queues %s as %s",
-                    ", ".join(self.queues), self.token)
+        logger.info("fairqueue: claiming fair jobs from queues %s of %s as %s",
+                    ", ".join(self.queues), maybe_sanitize_url(self.settings.redis_url or ""),
+                    self.token)
         self.wake()
 
     def stop(self) -> None:

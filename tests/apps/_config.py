@@ -1,4 +1,5 @@
-"""Settings every fair test app shares; the crash tests shorten leases through the environment."""
+"""Settings every fair test app shares; the crash and scale tests shorten leases and retention
+through the environment."""
 
 import os
 import time
@@ -15,6 +16,7 @@ def fair_test_conf() -> dict:
         "fairqueue_reap_interval": 0.5,
         "fairqueue_poll_interval": 0.05,
         "fairqueue_max_deliveries": int(os.environ.get("FQ_MAX_DELIVERIES", "10")),
+        "fairqueue_job_retention": float(os.environ.get("FQ_JOB_RETENTION", "86400")),
     }
 
 

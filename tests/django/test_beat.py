@@ -87,9 +87,15 @@ def test_two_beats_enqueue_each_occurrence_once(env, ledger, tmp_path, request):
     enqueued = get_store(recorded.app).stats().get("enqueued", 0)
     assert wait_until(lambda: len(ledger.counts()) == enqueued, 10)
     runs = ledger.counts()
-    assert len(runs) >= 3, f"beats sent {sent} times, {enqueued} jobs"
+    assert 3 <= len(runs) <= 8, f"beats sent {sent} times, {enqueued} jobs"  # a tick a second
     assert set(runs.values()) == {1}, "an occurrence ran twice"
-    assert sent >= len(runs) + 3, "both beats must have sent the occurrences they share"
+    # Both beats sent nearly every occurrence; all but the first and last one were shared.
+    assert sent - len(runs) >= len(runs) - 2, f"beats sent {sent} times for {len(runs)} runs"
+
+
+def beat_sends(tmp_path, beats):
+    return [(tmp_path / f"beat-{i}.log").read_text().count("Sending due task tick-acme")
+            for i in range(beats)]
 
 
 @pytest.mark.reliability
@@ -99,26 +105,38 @@ def test_beat_killed_and_restarted_sends_each_occurrence_once(env, redis_client,
                                                               tmp_path, request, figure):
     """A beat SIGKILLed and started again goes on with the schedule, none of it twice.
 
-    django-celery-beat saves ``last_run_at`` now and then, so a beat killed after sending may
-    send the same occurrence again when restarted; its occurrence key makes that one job."""
-    before = 0  # occurrences run before the kill
-    for life in range(2):
-        process, log = start_beat(life, env, tmp_path, request.config.rootpath)
-        try:
-            assert wait_until(lambda n=3 * (life + 1): redis_client.llen("ticks") >= n, 20), (
-                (tmp_path / f"beat-{life}.log").read_text()[-2000:])
-        finally:
-            os.killpg(process.pid, signal.SIGKILL)  # mid-schedule, no shutdown of any kind
+    django-celery-beat saves ``last_run_at`` on its first send and then every few minutes, so a
+    beat killed just after a later send has not saved it: started again, it sends that
+    occurrence once more. The schedule here ticks every 5 s from a slot boundary, the kill
+    follows the second send at once, and the restarted beat's re-send lands in the same slot,
+    where the occurrence key makes it the job that already ran."""
+    period = 5
+    now = get_store(importlib.import_module("tests.apps.recorded").app).server_time()
+    first_due = now - now % period + 2 * period  # a boundary at least 5 s away: beat is up
+    PeriodicTask.objects.filter(name="tick-acme").update(
+        interval=IntervalSchedule.objects.create(every=period, period=IntervalSchedule.SECONDS),
+        last_run_at=datetime.fromtimestamp(first_due - period + 0.2, UTC))
+    lives = []
+    try:
+        lives.append(start_beat(0, env, tmp_path, request.config.rootpath))
+        assert wait_until(lambda: beat_sends(tmp_path, 1)[0] >= 2, 4 * period, 0.02), (
+            (tmp_path / "beat-0.log").read_text()[-2000:])
+        os.killpg(lives[0][0].pid, signal.SIGKILL)  # just after a send, no shutdown
+        lives.append(start_beat(1, env, tmp_path, request.config.rootpath))
+        assert wait_until(lambda: redis_client.llen("ticks") >= 3, 4 * period), (
+            (tmp_path / "beat-1.log").read_text()[-2000:])
+    finally:
+        for process, log in lives:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             log.close()
-        before = before or redis_client.llen("ticks")
     assert wait_until(lambda: len(ledger.counts()) == redis_client.llen("ticks"), 10)
     runs = ledger.counts()
-    after = len(runs) - before
-    sent = sum((tmp_path / f"beat-{i}.log").read_text().count("Sending due task tick-acme")
-               for i in range(2))
-    figure(f"beat SIGKILL: {sent} sends by a beat killed and restarted, {len(runs)} "
-           f"occurrences run ({before} before the kill, {after} after), "
-           f"{sum(runs.values()) - len(runs)} duplicates")
+    sent = beat_sends(tmp_path, 2)
+    figure(f"beat SIGKILL: {sum(sent)} sends ({sent[0]} before the kill, {sent[1]} after), "
+           f"{len(runs)} occurrences run, {sum(sent) - len(runs)} re-sent occurrence absorbed "
+           f"by its key, {sum(runs.values()) - len(runs)} duplicates")
     assert set(runs.values()) == {1}, "an occurrence ran twice"
-    assert before >= 3 and after >= 3
+    assert len(runs) >= 3 and sent[1] >= 2, "the restarted beat goes on with the schedule"
+    assert sum(sent) == len(runs) + 1, "the restarted beat re-sends the unsaved occurrence"

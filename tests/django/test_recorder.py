@@ -388,33 +388,46 @@ def test_delayed_jobs_are_recorded_ready_when_the_store_promotes_them(database, 
 DOWN_SECONDS = float(os.environ.get("FQ_DB_DOWN_SECONDS", "30"))
 
 
-def run_jobs_while(outage, seconds, label, figure):
-    """Enqueue a job every 0.2 s while ``outage`` keeps the database away for ``seconds``: the
-    worker must run them meanwhile, and afterwards every one must be recorded, attempts
-    included."""
-    fair = importlib.import_module("tests.apps.fair")
+def run_jobs_while(outage, seconds, label, figure, worker):
+    """Enqueue a job every 0.2 s while ``outage`` keeps the database away for ``seconds`` from
+    a worker that records job state itself (the recorder step): it must run them meanwhile, and
+    afterwards every one must be recorded, attempts included."""
+    recorded = importlib.import_module("tests.apps.recorded")
     results = []
     with outage():
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            results.append(fair.job.delay("acme", len(results)))
+            results.append(recorded.job.delay("acme", len(results)))
             time.sleep(0.2)
         run_meanwhile = sum(result.ready() for result in results)
+        said = "database unavailable" in worker.log_tail(100_000)
     for result in results:
         result.get(timeout=30)
     n = len(results)
     assert wait_until(lambda: Job.objects.filter(status=Status.SUCCEEDED).count() == n, 30)
-    recorded = Attempt.objects.filter(outcome=Outcome.SUCCEEDED).count()
-    figure(f"{label} {seconds:.0f} s: {n} jobs enqueued, {run_meanwhile} of them run while it "
-           f"was away, {recorded}/{n} recorded once it was back, {n - recorded} rows lost")
-    assert recorded == n
+    recorded_rows = Attempt.objects.filter(outcome=Outcome.SUCCEEDED).count()
+    figure(f"{label} {seconds:.0f} s: {n} jobs enqueued, {run_meanwhile} of them run by the "
+           f"recording worker while it was away, {recorded_rows}/{n} recorded once it was back, "
+           f"{n - recorded_rows} rows lost")
+    assert recorded_rows == n
     assert run_meanwhile >= n - 3, "dispatch must not wait for the database"
+    assert said, "the worker's recorder must say the database is unavailable"
+
+
+@pytest.fixture
+def recording_worker(db_env, redis_client, celery_worker_factory):
+    """A worker of the recorded app whose recorder step writes job state, listened to."""
+    recorded = importlib.import_module("tests.apps.recorded")
+    worker = celery_worker_factory("tests.apps.recorded", env={**db_env, "FQ_RECORDER": "1"})
+    events = get_store(recorded.app).keys.events
+    assert wait_until(lambda: redis_client.exists(events), 10), "the worker made no stream"
+    listen(recorded.app)
+    return worker
 
 
 @pytest.mark.parametrize("database", ["default"], indirect=True)
 @pytest.mark.parametrize("down_seconds", [3.0])
-def test_recorder_catches_up_after_sqlite_was_locked(figure, database, fair, start_recorder,
-                                                     celery_worker_factory, caplog,
+def test_recorder_catches_up_after_sqlite_was_locked(figure, database, recording_worker,
                                                      down_seconds):
     if connections[database].vendor != "sqlite":
         pytest.skip("the suite runs on PostgreSQL; the next test stops it instead")
@@ -430,18 +443,14 @@ def test_recorder_catches_up_after_sqlite_was_locked(figure, database, fair, sta
             holder.execute("ROLLBACK")
             holder.close()
 
-    start_recorder(fair.app)
-    celery_worker_factory("tests.apps.fair")
-    run_jobs_while(locked, down_seconds, "sqlite locked", figure)
-    assert "database unavailable" in caplog.text
+    run_jobs_while(locked, down_seconds, "sqlite locked", figure, recording_worker)
 
 
 @pytest.mark.reliability
 @pytest.mark.parametrize("database", ["postgres"], indirect=True)
 @pytest.mark.parametrize("down_seconds", [DOWN_SECONDS])
-def test_recorder_catches_up_after_postgres_was_down(figure, database, fair, start_recorder,
-                                                     celery_worker_factory, pg_server, caplog,
-                                                     down_seconds):
+def test_recorder_catches_up_after_postgres_was_down(figure, database, recording_worker,
+                                                     pg_server, down_seconds):
     @contextlib.contextmanager
     def stopped():
         connections[database].close()
@@ -451,10 +460,7 @@ def test_recorder_catches_up_after_postgres_was_down(figure, database, fair, sta
         finally:
             pg_server.start()
 
-    start_recorder(fair.app)
-    celery_worker_factory("tests.apps.fair")
-    run_jobs_while(stopped, down_seconds, "postgres down", figure)
-    assert "database unavailable" in caplog.text
+    run_jobs_while(stopped, down_seconds, "postgres down", figure, recording_worker)
 
 
 def test_workers_with_the_recorder_step_record_one_at_a_time(database, db_env, redis_client,

@@ -1,6 +1,7 @@
 """Bad input gets a precise error or a dead letter with its reason; nothing is dropped silently."""
 
 import json
+import time
 
 import pytest
 from celery import Celery
@@ -17,8 +18,6 @@ from celery_fairqueue.envelope import Envelope
 from celery_fairqueue.testing import free_port, wait_until
 
 APP = "tests.apps.fair"
-
-
 
 
 def test_missing_account_names_the_task(fair, fair_store):
@@ -46,6 +45,7 @@ def test_oversized_payload_is_refused_with_the_setting_named(fair, fair_store):
 def test_pickle_serializer_is_refused(fair, fair_store):
     with pytest.raises(SerializationError, match="JSON only, not 'pickle'"):
         fair.job.apply_async(args=("acme", 1), serializer="pickle")
+    assert fair_store.stats() == {}
 
 
 def test_unreachable_redis_raises_with_a_redacted_url():
@@ -125,4 +125,9 @@ def test_poison_message_that_kills_its_worker_is_dead_lettered_not_retried_forev
     assert wait_until(lambda: fair_store.client.hlen(fair_store.keys.dead) == 1, timeout=20)
     job_id = fair_store.client.hkeys(fair_store.keys.dead)[0]
     assert "without being settled" in dead_reason(fair_store, job_id)
-    figure("poison message: killed its worker's child 3 times, then dead-lettered, not retried")
+    time.sleep(2)  # a worker that still held or re-queued it would start it again by now
+    assert redis_client.hget("starts", "acme:1") is None
+    counts = fair_store.counts("celery")
+    assert counts["ready"] == counts["delayed"] == counts["running"] == 0, counts
+    figure("poison message: killed its worker's child 3 times, then dead-lettered, not retried "
+           "(not started again in the 2 s after)")

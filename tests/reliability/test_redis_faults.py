@@ -11,13 +11,24 @@ from celery_fairqueue.testing import WorkerProcess, wait_until
 APP = "tests.apps.fair"
 
 
+@pytest.fixture
+def start_worker(tmp_path):
+    """``start_worker(server, name, **options)``: a worker on ``server``, which the test may
+    kill and restart under it (the factory's workers follow the session server's URL once);
+    SIGKILLed when the test ends, passed or failed."""
+    started = []
 
+    def start(server, name, **options):
+        worker = WorkerProcess(APP, redis_url=server.url, log_path=tmp_path / f"{name}.log",
+                               cwd=os.getcwd(), hostname=f"{name}-{os.getpid()}@localhost",
+                               **options)
+        started.append(worker)
+        return worker.start(60)
 
-def start_worker(server, tmp_path, name, **options):
-    worker = WorkerProcess(APP, redis_url=server.url, log_path=tmp_path / f"{name}.log",
-                           cwd=os.getcwd(), hostname=f"{name}-{os.getpid()}@localhost",
-                           **options)
-    return worker.start(60)
+    yield start
+    for worker in started:
+        if worker.is_alive():
+            worker.kill()
 
 
 @pytest.fixture
@@ -32,33 +43,45 @@ def session_redis(redis_server, redis_client, fair):
     redis_server.client().config_set("appendonly", "no")
 
 
-def test_aof_restart_keeps_every_acknowledged_enqueue(figure, session_redis, fair, tmp_path):
+def test_aof_restart_keeps_every_acknowledged_enqueue(figure, session_redis, fair, start_worker):
+    """redis-server SIGKILLed mid-work with ``appendonly yes``: every acknowledged enqueue is
+    kept and every job runs once, those a worker was running included.
+
+    A killed process leaves what it wrote in the kernel's page cache, so this shows Redis
+    replaying its AOF; the one-second fsync window of ``appendfsync everysec`` is what a
+    machine crash may lose, and no process kill can show it."""
     server = session_redis
     server.client().config_set("appendfsync", "everysec")
     server.client().config_set("appendonly", "yes")
     server.config.update(appendonly="yes", appendfsync="everysec")
     time.sleep(0.5)  # the AOF rewrite that CONFIG SET starts
-    ids = [fair.job.delay(f"acct{n % 5}", n).id for n in range(300)]
-    time.sleep(1.5)  # past the documented fsync window of appendfsync everysec
+    worker = start_worker(server, "aof", concurrency=2)
+    ids = [fair.job.delay(f"acct{n % 5}", n, 0.05).id for n in range(300)]
+    client = server.client(decode_responses=True)
+    assert wait_until(lambda: client.hlen("ledger") >= 20, timeout=20)
+    running = get_store(fair.app).counts("celery")["running"]
     server.kill()
     server.start()
-    store = get_store(fair.app)
-    assert wait_until(lambda: store.client.ping(), timeout=10)
-    kept = store.counts("celery")["ready"]
-    worker = start_worker(server, tmp_path, "aof")
     client = server.client(decode_responses=True)
     assert wait_until(lambda: client.hlen("ledger") == 300, timeout=60)
-    figure(f"redis restart (AOF everysec): {len(ids)} acknowledged enqueues, {kept} kept, "
-           f"{300 - client.hlen('ledger')} lost, all ran once: "
-           f"{set(client.hvals('ledger')) == {'1'}}")
-    assert kept == 300
-    worker.kill()
+    twice = sorted(k for k, v in client.hgetall("ledger").items() if v != "1")
+    # A job running at the kill may fail on its own Redis calls, the ledger's among them, and
+    # be retried as a connection error: started twice, its side effect once.
+    retried = sum(1 for v in client.hgetall("starts").values() if v != "1")
+    log = worker.log_path.read_text()
+    figure(f"redis restart (AOF everysec, SIGKILL with {running} jobs running): {len(ids)} "
+           f"acknowledged enqueues, {client.hlen('ledger')} run, {300 - client.hlen('ledger')} "
+           f"lost, {len(twice)} side effects twice, {retried} retried after their own Redis "
+           f"call failed")
+    assert running > 0 and not twice
+    assert retried <= log.count("failed (ConnectionError (timeout or connection error))")
+    assert worker.is_alive()
 
 
-def test_restart_without_persistence_is_detected_and_reported(session_redis, fair, tmp_path,
+def test_restart_without_persistence_is_detected_and_reported(session_redis, fair, start_worker,
                                                               figure):
     server = session_redis
-    worker = start_worker(server, tmp_path, "nopersist")
+    worker = start_worker(server, "nopersist")
     fair.job.delay("acme", 1).get(timeout=20)
     server.kill()
     server.start()
@@ -72,21 +95,32 @@ def test_restart_without_persistence_is_detected_and_reported(session_redis, fai
 
 
 def test_redis_paused_five_seconds_workers_recover_without_duplicates(figure, session_redis, fair,
-                                                                      tmp_path):
+                                                                      start_worker):
+    """Jobs of a second straddle the pause: their leases (8 s, longer than the outage plus a
+    heartbeat) must be extended after it, before the other worker's reaper sees them expire."""
     server = session_redis
-    worker = start_worker(server, tmp_path, "paused", concurrency=4)
-    for n in range(200):
-        fair.job.delay(f"acct{n % 4}", n, 0.02)
+    env = {"FQ_LEASE_SECONDS": "8", "FQ_HEARTBEAT_SECONDS": "1"}
+    workers = [start_worker(server, f"paused{n}", concurrency=4, env=env)
+               for n in range(2)]
+    for n in range(40):
+        fair.job.delay(f"acct{n % 4}", n, 1.0)
     client = server.client(decode_responses=True)
-    assert wait_until(lambda: client.hlen("ledger") >= 20, timeout=20)
+    assert wait_until(lambda: client.hlen("ledger") >= 10, timeout=20)
+    running = get_store(fair.app).counts("celery")["running"]
     server.pause()
     time.sleep(5)
     server.resume()
-    assert wait_until(lambda: client.hlen("ledger") == 200, timeout=90)
+    assert wait_until(lambda: client.hlen("ledger") == 40, timeout=90)
+    starts = {k: int(v) for k, v in client.hgetall("starts").items()}
     counts = {k: int(v) for k, v in client.hgetall("ledger").items()}
     duplicates = sum(1 for v in counts.values() if v > 1)
-    restarts = worker.log_path.read_text().count("ready.")
-    figure(f"redis paused 5 s: 200 jobs, {200 - len(counts)} lost, {duplicates} duplicates, "
-           f"worker alive: {worker.is_alive()}, ready lines: {restarts}")
-    assert worker.is_alive() and duplicates == 0
-    worker.kill()
+    restarted = sum(1 for v in starts.values() if v > 1)
+    reconnects = [w.log_path.read_text().count("Trying to re-establish the connection")
+                  for w in workers]
+    figure(f"redis paused 5 s with {running} one-second jobs running: 40 jobs, "
+           f"{40 - len(counts)} lost, {duplicates} duplicates, {restarted} started twice, "
+           f"workers alive: {all(w.is_alive() for w in workers)}, broker reconnects: "
+           f"{reconnects}")
+    assert running > 0
+    assert all(w.is_alive() for w in workers) and duplicates == 0 and restarted == 0
+    assert max(reconnects) <= 2  # one reconnect after the pause, not a crash loop
