@@ -53,6 +53,13 @@ class EnqueueResult:
     created: bool
     delayed: bool
 
+    @classmethod
+    def from_reply(cls, reply: Sequence[Any]) -> EnqueueResult:
+        """From the enqueue script's reply: its status (0 stored already, 1 ready,
+        2 delayed) and the job id."""
+        status, stored_id = reply
+        return cls(job_id=stored_id, created=status != 0, delayed=status == 2)
+
     @property
     def task_id(self) -> str:
         return task_id_of(self.job_id)
@@ -155,10 +162,10 @@ class FairStore:
                 due: float | None = None, job_key: str | None = None,
                 dedupe: bool = True, task: str = "", shown_args: str = "") -> EnqueueResult:
         """Store a job; an existing delivery or pending/running/recently done key is reused."""
-        status, stored_id = self._run("enqueue", [self.keys.queue(queue)], self._enqueue_args(
-            queue=queue, account=account, job_id=job_id, envelope=envelope, due=due,
-            job_key=job_key, dedupe=dedupe, task=task, shown_args=shown_args))
-        return EnqueueResult(job_id=stored_id, created=status != 0, delayed=status == 2)
+        args = self._enqueue_args(queue=queue, account=account, job_id=job_id,
+                                  envelope=envelope, due=due, job_key=job_key, dedupe=dedupe,
+                                  task=task, shown_args=shown_args)
+        return EnqueueResult.from_reply(self._run("enqueue", [self.keys.queue(queue)], args))
 
     def enqueue_many(self, jobs: Iterable[dict[str, Any]], chunk: int = 1000
                      ) -> list[EnqueueResult]:
@@ -166,8 +173,8 @@ class FairStore:
         loading many stored jobs at once (the scale test, the benches' backlogs). Each job is
         stored atomically; a failure part-way leaves the earlier chunks stored."""
         calls = (([self.keys.queue(job["queue"])], self._enqueue_args(**job)) for job in jobs)
-        return [EnqueueResult(job_id=stored_id, created=status != 0, delayed=status == 2)
-                for status, stored_id in self._run_many("enqueue", calls, chunk)]
+        return [EnqueueResult.from_reply(reply)
+                for reply in self._run_many("enqueue", calls, chunk)]
 
     # -- worker side ---------------------------------------------------------------------------
 

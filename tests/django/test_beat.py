@@ -57,6 +57,12 @@ def start_beat(index, env, tmp_path, rootdir):
     return process, log
 
 
+def beat_sends(tmp_path, beats):
+    """How many times each of beat processes 0 .. beats-1 sent tick-acme."""
+    return [(tmp_path / f"beat-{i}.log").read_text().count("Sending due task tick-acme")
+            for i in range(beats)]
+
+
 @pytest.fixture
 def env(database, db_env, redis_server, celery_worker_factory, request):
     """A tick a second for account acme on the schedule, a worker for it, and the environment
@@ -82,8 +88,7 @@ def test_two_beats_enqueue_each_occurrence_once(env, ledger, tmp_path, request):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             log.close()
-    sent = sum((tmp_path / f"beat-{i}.log").read_text().count("Sending due task tick-acme")
-               for i in range(2))
+    sent = sum(beat_sends(tmp_path, 2))
     enqueued = get_store(recorded.app).stats().get("enqueued", 0)
     assert wait_until(lambda: len(ledger.counts()) == enqueued, 10)
     runs = ledger.counts()
@@ -91,11 +96,6 @@ def test_two_beats_enqueue_each_occurrence_once(env, ledger, tmp_path, request):
     assert set(runs.values()) == {1}, "an occurrence ran twice"
     # Both beats sent nearly every occurrence; all but the first and last one were shared.
     assert sent - len(runs) >= len(runs) - 2, f"beats sent {sent} times for {len(runs)} runs"
-
-
-def beat_sends(tmp_path, beats):
-    return [(tmp_path / f"beat-{i}.log").read_text().count("Sending due task tick-acme")
-            for i in range(beats)]
 
 
 @pytest.mark.reliability

@@ -415,14 +415,25 @@ def run_jobs_while(outage, seconds, label, figure, worker):
 
 
 @pytest.fixture
-def recording_worker(db_env, redis_client, celery_worker_factory):
-    """A worker of the recorded app whose recorder step writes job state, listened to."""
+def start_recording_worker(db_env, redis_client, celery_worker_factory):
+    """``start_recording_worker(pool=...)``: a worker of the recorded app whose recorder step
+    writes job state, once it has made the event stream that producers then write to."""
     recorded = importlib.import_module("tests.apps.recorded")
-    worker = celery_worker_factory("tests.apps.recorded", env={**db_env, "FQ_RECORDER": "1"})
     events = get_store(recorded.app).keys.events
-    assert wait_until(lambda: redis_client.exists(events), 10), "the worker made no stream"
-    listen(recorded.app)
-    return worker
+
+    def start(pool: str = "threads"):
+        worker = celery_worker_factory("tests.apps.recorded", pool=pool,
+                                       env={**db_env, "FQ_RECORDER": "1"})
+        assert wait_until(lambda: redis_client.exists(events), 10), "no worker made the stream"
+        listen(recorded.app)
+        return worker
+
+    return start
+
+
+@pytest.fixture
+def recording_worker(start_recording_worker):
+    return start_recording_worker()
 
 
 @pytest.mark.parametrize("database", ["default"], indirect=True)
@@ -463,15 +474,9 @@ def test_recorder_catches_up_after_postgres_was_down(figure, database, recording
     run_jobs_while(stopped, down_seconds, "postgres down", figure, recording_worker)
 
 
-def test_workers_with_the_recorder_step_record_one_at_a_time(database, db_env, redis_client,
-                                                             celery_worker_factory):
+def test_workers_with_the_recorder_step_record_one_at_a_time(database, start_recording_worker):
     recorded = importlib.import_module("tests.apps.recorded")
-    env = {**db_env, "FQ_RECORDER": "1"}
-    workers = [celery_worker_factory("tests.apps.recorded", env=env, pool=pool)
-               for pool in ("prefork", "threads")]
-    events = get_store(recorded.app).keys.events
-    assert wait_until(lambda: redis_client.exists(events), 10), "no worker created the stream"
-    listen(recorded.app)
+    workers = [start_recording_worker(pool) for pool in ("prefork", "threads")]
     for result in [recorded.job.delay("acme", n) for n in range(5)]:
         result.get(timeout=20)
     assert wait_until(lambda: Job.objects.filter(status=Status.SUCCEEDED).count() == 5,
