@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from celery_fairqueue.testing import REDIS_URL_ENV, RedisServer, WorkerProcess
+from tests.harness import REDIS_URL_ENV, RedisServer, WorkerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,7 @@ from celery import Celery
 
 import celery_fairqueue
 from celery_fairqueue import FairTask, PermanentError, RetryPolicy
-from celery_fairqueue.testing import REDIS_URL_ENV
+from tests.harness import REDIS_URL_ENV
 
 REDIS_URL = os.environ[REDIS_URL_ENV]
 

@@ -25,7 +25,7 @@ import django
 from django.conf import settings
 
 from bench._common import ratio, redis_server, workers
-from celery_fairqueue.testing import PostgresServer, find_postgres_bindir
+from tests.harness import PostgresServer, find_postgres_bindir
 
 FLAGS = {"pool": "prefork", "concurrency": 2}
 
@@ -49,7 +49,7 @@ def phase(server, jobs: int, accounts: int, record: bool) -> tuple[float, float 
     from bench import app
     from celery_fairqueue.contrib.django.models import Job
     from celery_fairqueue.contrib.django.recorder import Recorder
-    from celery_fairqueue.publish import get_store
+    from celery_fairqueue.store import store_for
 
     client = server.client()
     client.flushall()
@@ -59,7 +59,7 @@ def phase(server, jobs: int, accounts: int, record: bool) -> tuple[float, float 
     if record:
         recorder = Recorder(app.app, "bench")
         recorder.reader.ensure_group()
-        get_store(app.app)._recording_checked = float("-inf")  # skip the 5 s "nobody records"
+        store_for(app.app)._recording_checked = float("-inf")  # skip the 5 s "nobody records"
         thread = threading.Thread(target=recorder.run_forever, args=(stop,), daemon=True)
         thread.start()
     for n in range(jobs):

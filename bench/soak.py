@@ -25,8 +25,8 @@ import time
 
 from bench._common import percentile, redis_server, workers
 from bench.throughput import rss_kib
-from celery_fairqueue.publish import get_store
-from celery_fairqueue.testing import child_pids
+from celery_fairqueue.store import store_for
+from tests.harness import child_pids
 
 SOAK_ENV = {"FQ_LEASE_SECONDS": "5", "FQ_HEARTBEAT_SECONDS": "1", "FQ_JOB_RETENTION": "120"}
 FLAGS = {"pool": "threads", "concurrency": 4}
@@ -66,7 +66,7 @@ def main() -> None:
         from bench import app  # reads the server's URL from the environment
 
         client = server.client(decode_responses=True)
-        store = get_store(app.app)
+        store = store_for(app.app)
         rng = random.Random(2)
         stop, sent, kills = threading.Event(), [0], 0
         samples: list[tuple[float, float, int]] = []  # minute, Redis MiB, worker RSS MiB

@@ -92,10 +92,12 @@ def report_rss(server, quick: bool) -> bool:
 
 def claim_latencies(server, accounts: int, jobs: int, samples: int) -> tuple[list[float], float]:
     from celery_fairqueue.envelope import Envelope
-    from celery_fairqueue.keys import Keys
     from celery_fairqueue.limits import AccountLimit
     from celery_fairqueue.settings import FairqueueSettings
-    from celery_fairqueue.store import FairStore, make_client
+    from celery_fairqueue.store import FairStore
+    from celery_fairqueue.store.client import make_client
+    from celery_fairqueue.store.keys import Keys
+    from tests.harness.store_tools import claim_jobs
 
     client = server.client()
     client.flushall()
@@ -110,7 +112,7 @@ def claim_latencies(server, accounts: int, jobs: int, samples: int) -> tuple[lis
     latencies = []
     for _ in range(samples):
         started = time.perf_counter()
-        [job] = store.claim(["celery"], 1, "bench", no_limit)
+        [job] = claim_jobs(store, ["celery"], 1, "bench", no_limit)
         latencies.append(time.perf_counter() - started)
         store.ack("celery", job.account, job.job_id, "bench")
     return latencies, per_job

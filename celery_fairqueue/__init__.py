@@ -1,19 +1,21 @@
 """Fair, rate-limited, idempotent multi-tenant jobs for Celery."""
 
-from .dlq import DeadLetter, DeadLetters
 from .errors import (
     ConfigurationError,
+    DeadLetterNotFound,
     EnqueueError,
     FairqueueError,
     InvalidLimitError,
     MissingAccountError,
     PayloadTooLargeError,
     SerializationError,
+    StoreFullError,
     StoreUnavailableError,
 )
 from .install import clear_account_limit, get_account_limit, install, set_account_limit
 from .limits import AccountLimit
 from .retry import PermanentError, RetryableError, RetryPolicy
+from .store import DeadLetter, DeadLetters, store_for
 from .task import FairTask, ReliableTask
 
 __version__ = "0.1.0"
@@ -22,6 +24,7 @@ __all__ = [
     "AccountLimit",
     "ConfigurationError",
     "DeadLetter",
+    "DeadLetterNotFound",
     "DeadLetters",
     "EnqueueError",
     "FairTask",
@@ -34,9 +37,11 @@ __all__ = [
     "RetryPolicy",
     "RetryableError",
     "SerializationError",
+    "StoreFullError",
     "StoreUnavailableError",
     "clear_account_limit",
     "get_account_limit",
     "install",
     "set_account_limit",
+    "store_for",
 ]

@@ -31,8 +31,8 @@ from celery import schedules
 from celery.beat import PersistentScheduler, ScheduleEntry, Scheduler
 
 from .idempotency import hash_identity
-from .publish import get_store
-from .task import is_fair
+from .protocol import is_fair
+from .store import store_for
 
 MINUTE = 60.0
 
@@ -62,7 +62,7 @@ class FairSchedulerMixin(Scheduler):
             entry = self.reserve(entry)
         if not is_fair(self.app.tasks.get(entry.task)):
             return super().apply_async(entry, producer, advance=False, **kwargs)
-        slot = occurrence_slot(entry.schedule, get_store(self.app).server_time())
+        slot = occurrence_slot(entry.schedule, store_for(self.app).server_time())
         options = entry.options  # entries do not copy (model entries rebuild from their row)
         entry.options = {**options, "job_key": occurrence_key(entry.task, entry.name, slot)}
         try:

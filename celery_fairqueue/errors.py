@@ -12,7 +12,13 @@ class ConfigurationError(FairqueueError):
 
 
 class EnqueueError(FairqueueError):
-    """A job could not be stored; nothing was enqueued."""
+    """A job could not be stored.
+
+    Refused before it reached Redis (no account, not JSON, too large, over a bound), nothing was
+    enqueued. A :class:`StoreUnavailableError` is ambiguous instead: the write may have landed
+    before the reply was lost; enqueueing again with the same business key is safe, because the
+    store answers with the job it already holds.
+    """
 
 
 class MissingAccountError(EnqueueError, ValueError):
@@ -28,8 +34,17 @@ class PayloadTooLargeError(EnqueueError):
 
 
 class StoreUnavailableError(EnqueueError):
-    """Redis, the fair store, could not be reached."""
+    """Redis, the fair store, could not be reached or refused the command (loading, read-only
+    replica, busy script, failover): try again later."""
+
+
+class StoreFullError(StoreUnavailableError):
+    """Redis refused a write because it is at ``maxmemory`` (an OOM error reply)."""
 
 
 class InvalidLimitError(FairqueueError, ValueError):
     """An account limit (rate, burst, concurrency, window, time zone) is malformed."""
+
+
+class DeadLetterNotFound(FairqueueError, KeyError):
+    """No dead letter has that id (it was replayed or purged already)."""

@@ -7,9 +7,10 @@ import logging
 from celery import Celery
 
 from .limits import AccountLimit
-from .publish import get_store, install_publish_path
+from .publish import install_publish_path
 from .redaction import RedactingFilter
 from .settings import settings_for
+from .store import store_for
 from .worker.step import FairConsumerStep
 
 # The loggers that quote a running task's arguments or errors: Celery's trace (failures with
@@ -35,15 +36,15 @@ def set_account_limit(app: Celery, account: str, *, rate: str | None = None,
                       window: str | None = None, tz: str | None = None) -> AccountLimit:
     """Limit one account; running workers apply it from their next claim."""
     limit = AccountLimit(rate=rate, burst=burst, concurrency=concurrency, window=window, tz=tz)
-    get_store(app).set_limit(str(account), limit)
+    store_for(app).set_limit(str(account), limit)
     return limit
 
 
 def clear_account_limit(app: Celery, account: str) -> None:
     """Remove an account's own limit; the default limit from settings applies again."""
-    get_store(app).clear_limit(str(account))
+    store_for(app).clear_limit(str(account))
 
 
 def get_account_limit(app: Celery, account: str) -> AccountLimit | None:
     """The account's own limit, or None when the default applies."""
-    return get_store(app).get_limit(str(account))
+    return store_for(app).get_limit(str(account))

@@ -45,14 +45,12 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import redis
 from celery import Celery
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from .dlq import DeadLetters
 from .errors import StoreUnavailableError
-from .publish import get_store
+from .store import DeadLetters, EventReader, store_for
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +86,7 @@ class FairqueueCollector:
         up = GaugeMetricFamily("fairqueue_store_up", "1 when the fair store answered.")
         try:
             metrics = list(self._store_metrics())
-        except (redis.RedisError, StoreUnavailableError) as exc:
+        except StoreUnavailableError as exc:
             logger.warning("fairqueue metrics: the fair store did not answer: %s", exc)
             up.add_metric([], 0)
             yield up
@@ -103,7 +101,7 @@ class FairqueueCollector:
                 logger.warning("fairqueue metrics: no oldest ready age: %s", exc)
 
     def _store_metrics(self) -> Iterator[Metric]:
-        store = get_store(self.app)
+        store = store_for(self.app)
         gauges = {field: GaugeMetricFamily(name, doc, labels=["queue"])
                   for field, (name, doc) in QUEUE_GAUGES.items()}
         for queue in store.known_queues():
@@ -114,7 +112,7 @@ class FairqueueCollector:
         yield GaugeMetricFamily("fairqueue_dead_letters", "Jobs in the dead-letter queue.",
                                 value=DeadLetters(self.app).count())
         yield GaugeMetricFamily("fairqueue_event_backlog", "Transitions not yet recorded.",
-                                value=store.client.xlen(store.keys.events))
+                                value=EventReader(store, "metrics").backlog())
         stats = store.stats()
         for name, doc in COUNTERS.items():
             yield CounterMetricFamily(f"fairqueue_{name}", doc, value=stats.get(name, 0))

@@ -21,10 +21,18 @@ from kombu.serialization import dumps
 from .envelope import JSON_CONTENT_TYPE, Envelope
 from .errors import PayloadTooLargeError, SerializationError
 from .idempotency import bound_arguments
+from .protocol import (
+    ACCOUNT_HEADER,
+    JOB_KEY_HEADER,
+    LEGACY_JOB_KEY_HEADER,
+    delivery_id,
+    is_fair,
+    last_enqueued_task_id,
+)
 from .redaction import redact_arguments
 from .settings import settings_for
-from .store import EnqueueResult, FairStore, delivery_id
-from .task import ACCOUNT_HEADER, JOB_KEY_HEADER, FairTask, is_fair, last_enqueued_task_id
+from .store import EnqueueResult, store_for
+from .task import FairTask
 
 logger = logging.getLogger(__name__)
 
@@ -32,17 +40,8 @@ logger = logging.getLogger(__name__)
 PUBLISH_OPTIONS = frozenset({
     "exchange", "routing_key", "queue", "event_dispatcher", "retry", "retry_policy",
     "serializer", "delivery_mode", "compression", "declare", "headers", "exchange_type",
-    "timeout", "confirm_timeout",
+    "timeout", "confirm_timeout", "fairqueue_replays",
 })
-
-
-def get_store(app: Celery) -> FairStore:
-    """The fair store of ``app``, created once per app (redis-py reconnects after fork)."""
-    store = getattr(app, "_fairqueue_store", None)
-    if store is None:
-        store = FairStore.from_settings(settings_for(app))
-        app._fairqueue_store = store
-    return store
 
 
 def install_publish_path(app: Celery) -> None:
@@ -103,6 +102,7 @@ def publish_fair(app: Celery, task: FairTask, producer: Any, message: Any,
     job_key = options.pop("job_key", None) or task.business_key(account, args, kwargs)
     headers[ACCOUNT_HEADER] = account
     headers[JOB_KEY_HEADER] = job_key
+    headers.pop(LEGACY_JOB_KEY_HEADER, None)
     properties.update({k: v for k, v in options.items() if k not in PUBLISH_OPTIONS})
     qname = queue_name(app, options)
 
@@ -111,10 +111,10 @@ def publish_fair(app: Celery, task: FairTask, producer: Any, message: Any,
         headers=headers, properties=properties, retry_policy={})
     envelope = encode_envelope(app, task.name, data, headers, properties)
     retries = int(headers.get("retries") or 0)
-    result = get_store(app).enqueue(
+    result = store_for(app).enqueue(
         queue=qname, account=account, job_id=delivery_id(headers["id"], retries),
         envelope=envelope, due=eta_timestamp(app, headers.get("eta")), job_key=job_key,
-        dedupe=retries == 0, task=task.name,
+        dedupe=retries == 0, task=task.name, replays=options.get("fairqueue_replays") or "",
         shown_args=json.dumps(
             redact_arguments((), bound_arguments(task.run, args, kwargs), task.redact)["kwargs"],
             default=str))

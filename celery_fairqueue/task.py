@@ -4,7 +4,6 @@ FairTask (all of that, plus fair queuing by account through the fair store)."""
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import inspect
 import logging
 import time
@@ -19,20 +18,26 @@ from celery.result import AsyncResult
 
 from .errors import ConfigurationError, MissingAccountError
 from .idempotency import JobKeySpec, bound_arguments, compute_job_key
+from .protocol import (
+    ACCOUNT_HEADER,
+    FIRST_FAILURE_HEADER,
+    JOB_KEY_HEADER,
+    EventType,
+    delivery_id,
+    is_fair,
+    job_key_of,
+    last_enqueued_task_id,
+)
 from .redaction import masked_reprs
 from .retry import RetryPolicy
+from .store import FairStore, store_for
 
 logger = logging.getLogger(__name__)
 
-ACCOUNT_HEADER = "fairqueue_account"
-JOB_KEY_HEADER = "job_key"
-FIRST_FAILURE_HEADER = "fairqueue_first_failure"
+__all__ = ["FairTask", "ReliableTask", "is_fair"]
+
 MAX_ERROR_CHARS = 2000
 MAX_TRACEBACK_CHARS = 20000
-
-# Set by the publish path: the job that an apply_async in this context actually stored or reused.
-last_enqueued_task_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "fairqueue_last_enqueued_task_id", default=None)
 
 
 class ReliableTask(Task):
@@ -123,15 +128,17 @@ class ReliableTask(Task):
         request = self.request
         if request.called_directly:
             return super().__call__(*args, **kwargs)
-        job_key = getattr(request, JOB_KEY_HEADER, None)
-        job_id = f"{request.id}:{request.retries or 0}"
+        job_key = job_key_of(request)
+        request.job_key = job_key  # the public name, whichever header carried it
+        job_id = delivery_id(request.id, request.retries or 0)
         store = self._store()
         if job_key:
             marker = store.marker(job_key)
             if marker and marker["state"] == "done":
                 logger.info("fairqueue: %s[%s] is already done (job key %s...); not run again",
                             self.name, request.id, job_key[:12])
-                store.emit(e="succeeded", job=job_id, ext=marker.get("external_id"))
+                store.emit(EventType.SUCCEEDED, job=job_id,
+                           external_id=marker.get("external_id"))
                 return marker.get("external_id")
             if marker and marker["state"] == "started":
                 external_id = self.already_applied(job_key, *args, **kwargs)
@@ -140,14 +147,14 @@ class ReliableTask(Task):
                                    "before a crash (external id %s); marked done, not run again",
                                    self.name, request.id, external_id)
                     store.mark_done(job_key, job_id, str(external_id))
-                    store.emit(e="succeeded", job=job_id, ext=str(external_id))
+                    store.emit(EventType.SUCCEEDED, job=job_id, external_id=external_id)
                     return external_id
             store.mark_started(job_key, job_id)
         try:
             result = self.run(*args, **kwargs)
         except Retry as retry:
-            store.emit(e="retrying", job=job_id, reason="the task asked to retry",
-                       err=_describe(retry.exc) if retry.exc else None, due=_due(retry.when))
+            store.emit(EventType.RETRYING, job=job_id, reason="the task asked to retry",
+                       error=_describe(retry.exc) if retry.exc else None, due=_due(retry.when))
             raise
         except (Ignore, Reject):
             raise
@@ -157,13 +164,11 @@ class ReliableTask(Task):
         external_id = getattr(request, "fairqueue_external_id", None)
         if job_key:
             store.mark_done(job_key, job_id, external_id)
-        store.emit(e="succeeded", job=job_id, ext=external_id)
+        store.emit(EventType.SUCCEEDED, job=job_id, external_id=external_id)
         return result
 
-    def _store(self) -> Any:
-        from .publish import get_store  # the publish path imports this module
-
-        return get_store(self.app)
+    def _store(self) -> FairStore:
+        return store_for(self.app)
 
     def _on_job_failure(self, exc: Exception, job_id: str, args: Sequence[Any],
                         kwargs: dict[str, Any]) -> None:
@@ -178,7 +183,7 @@ class ReliableTask(Task):
             logger.info("fairqueue: %s[%s] attempt %d failed (%s); retrying in %.1fs",
                         self.name, request.id, attempts, verdict.reason, delay)
             headers = {**(request.headers or {}), FIRST_FAILURE_HEADER: first_failure}
-            self._store().emit(e="retrying", job=job_id, err=_describe(exc),
+            self._store().emit(EventType.RETRYING, job=job_id, error=_describe(exc),
                                reason=verdict.reason, due=time.time() + delay)
             raise self.retry(exc=exc, countdown=delay, max_retries=policy.max_attempts,
                              headers=headers)
@@ -186,13 +191,14 @@ class ReliableTask(Task):
             f"gave up after {attempts} attempts: {verdict.reason}")
         logger.error("fairqueue: %s[%s] dead-lettered after %d attempt(s): %s", self.name,
                      request.id, attempts, reason)
-        self._store().emit(e="failed", job=job_id, err=_describe(exc), reason=reason)
-        self._store().bury(job_id, {
+        self._store().emit(EventType.FAILED, job=job_id, error=_describe(exc), reason=reason)
+        job_key = job_key_of(request)
+        self._store().bury(job_id, reason, job_key, {
             "task": self.name,
             "account": getattr(request, ACCOUNT_HEADER, None) or self.account_of(args, kwargs),
-            "job_key": getattr(request, JOB_KEY_HEADER, None),
+            "job_key": job_key,
             "queue": (request.delivery_info or {}).get("routing_key"),
-            "args": list(args), "kwargs": dict(kwargs), "attempts": attempts, "reason": reason,
+            "args": list(args), "kwargs": dict(kwargs), "attempts": attempts,
             "error": _describe(exc),
             "traceback": "".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:],
             "first_failure": first_failure,
@@ -208,6 +214,7 @@ class FairTask(ReliableTask):
 
     # The lease, not the ack, protects a running job: ack when it is done, and give a job back
     # when its pool process dies, so the killed job runs again.
+    fair_queued = True  # see protocol.is_fair
     acks_late = True
     reject_on_worker_lost = True
     Strategy = "celery_fairqueue.worker.strategy:fair_strategy"
@@ -246,7 +253,7 @@ class FairTask(ReliableTask):
         account = getattr(self.request, ACCOUNT_HEADER, None)
         if account is not None:
             options.setdefault("account", account)
-        options.setdefault("job_key", getattr(self.request, JOB_KEY_HEADER, None))
+        options.setdefault("job_key", job_key_of(self.request))
         return super().retry(args=args, kwargs=kwargs, exc=exc, throw=throw, eta=eta,
                              countdown=countdown, max_retries=max_retries, **options)
 
@@ -262,7 +269,3 @@ def _due(when: Any) -> float | None:
     if isinstance(when, datetime):
         return when.timestamp()
     return None
-
-
-def is_fair(task: Any) -> bool:
-    return isinstance(task, FairTask)

@@ -2,7 +2,7 @@
 
 A throwaway redis-server on a free port, the example's SQLite database migrated, a real
 ``celery -A proj worker``, and the ``run_demo_workload`` command as the producer. The servers and
-worker come from the test harness (``celery_fairqueue.testing``), so the demo runs exactly the
+worker come from the test harness (``tests.harness``), so the demo runs exactly the
 processes the tests run.
 """
 
@@ -14,7 +14,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from celery_fairqueue.testing import (
+# Run as a script (`make demo`): put the repo root, which holds tests.harness, on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.harness import (
     RedisServer,
     WorkerProcess,
     free_port,

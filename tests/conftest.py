@@ -1,5 +1,5 @@
-"""Shared fixtures. The harness plugin is registered here only when the installed package's
-``pytest11`` entry point has not already done it (e.g. when running from a plain checkout)."""
+"""Shared fixtures. The process harness's fixtures (``tests.harness.fixtures``) are registered
+here through ``pytest_plugins``."""
 
 import importlib
 from collections.abc import Callable, Iterator
@@ -9,16 +9,17 @@ import pytest
 import redis
 
 from celery_fairqueue import DeadLetters
-from celery_fairqueue.keys import Keys
 from celery_fairqueue.settings import FairqueueSettings
-from celery_fairqueue.store import FairStore, make_client
+from celery_fairqueue.store import FairStore
+from celery_fairqueue.store.client import make_client
+from celery_fairqueue.store.keys import Keys
+
+pytest_plugins = ["tests.harness.fixtures"]
 
 FIGURES = pytest.StashKey[list[str]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if not config.pluginmanager.has_plugin("celery_fairqueue"):
-        config.pluginmanager.import_plugin("celery_fairqueue.testing")
     config.stash[FIGURES] = []
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from celery_fairqueue.testing import pid_alive
+from tests.harness import pid_alive
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "example_project"
 

@@ -8,7 +8,7 @@ import pytest
 import redis
 from celery import Celery
 
-from celery_fairqueue.testing import (
+from tests.harness import (
     Ledger,
     RedisServer,
     WorkerProcess,

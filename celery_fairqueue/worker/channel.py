@@ -1,11 +1,24 @@
-"""The kombu channel of fair jobs: Celery acks and rejects messages, we settle the lease."""
+"""The kombu side of fair jobs: a claimed job becomes the message Celery would have received
+from the broker, and Celery's ack, reject and requeue of it settle the job's lease."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
+
+from kombu.message import Message
+from kombu.serialization import loads
+
+from ..envelope import JSON_CONTENT_TYPE, Envelope
+from ..store import ClaimedJob
 
 if TYPE_CHECKING:
     from .dispatcher import FairDispatcher
+
+ACCEPT = {JSON_CONTENT_TYPE}
+
+
+class Settler(Protocol):
+    def settle(self, job_id: str, outcome: str, reason: str | None = None) -> None: ...
 
 
 class FairChannel:
@@ -13,7 +26,7 @@ class FairChannel:
 
     no_ack_consumers = None
 
-    def __init__(self, dispatcher: FairDispatcher) -> None:
+    def __init__(self, dispatcher: FairDispatcher | Settler) -> None:
         self.dispatcher = dispatcher
 
     def basic_ack(self, delivery_tag: str, multiple: bool = False) -> None:
@@ -21,3 +34,23 @@ class FairChannel:
 
     def basic_reject(self, delivery_tag: str, requeue: bool = False) -> None:
         self.dispatcher.settle(delivery_tag, "requeue" if requeue else "reject")
+
+
+def read_envelope(job: ClaimedJob) -> Envelope:
+    """The job's stored message, checked to decode as JSON; raises what is wrong with it."""
+    envelope = Envelope.from_json(job.envelope)
+    loads(envelope.body, envelope.content_type, envelope.content_encoding, accept=ACCEPT)
+    return envelope
+
+
+def job_message(job: ClaimedJob, envelope: Envelope, channel: Any) -> Message:
+    """The kombu message of a claimed job, as the broker would have delivered it."""
+    headers = dict(envelope.headers)
+    headers["eta"] = None  # the store already waited for it; Celery must not wait again
+    return Message(
+        body=envelope.body, delivery_tag=job.job_id, content_type=envelope.content_type,
+        content_encoding=envelope.content_encoding, headers=headers,
+        properties=envelope.properties, channel=channel, accept=ACCEPT,
+        delivery_info={"exchange": "", "routing_key": job.queue,
+                       "redelivered": job.deliveries > 1},
+    )

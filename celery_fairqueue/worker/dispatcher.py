@@ -18,20 +18,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery.worker import state as worker_state
-from kombu.message import Message
-from kombu.serialization import loads
 from kombu.utils.url import maybe_sanitize_url
 
-from ..envelope import JSON_CONTENT_TYPE, Envelope
 from ..errors import FairqueueError
-from ..keys import decode_id
 from ..settings import settings_for
 from ..store import ClaimedJob, FairStore
-from .channel import FairChannel
+from .channel import FairChannel, job_message, read_envelope
 
 logger = logging.getLogger(__name__)
 
-ACCEPT = {JSON_CONTENT_TYPE}
 WINDOW_REFRESH_SECONDS = 3600.0
 
 
@@ -143,8 +138,8 @@ class FairDispatcher:
         if free <= 0:
             return
         try:
-            claim = self.store.claim_with_due(self.queues, free, self.token,
-                                              self.default_limit(), first=self._rotation)
+            claim = self.store.claim(self.queues, free, self.token, self.default_limit(),
+                                     first=self._rotation)
         except FairqueueError as exc:
             logger.warning("fairqueue: claim failed, will retry: %s", exc)
             return
@@ -181,11 +176,10 @@ class FairDispatcher:
         return self._default_limit
 
     def _dispatch(self, job: ClaimedJob) -> None:
-        held = HeldJob(queue=job.queue, account=decode_id(job.account), job_id=job.job_id)
+        held = HeldJob(queue=job.queue, account=job.account, job_id=job.job_id)
         self.held[job.job_id] = held
         try:
-            envelope = Envelope.from_json(job.envelope)
-            loads(envelope.body, envelope.content_type, envelope.content_encoding, accept=ACCEPT)
+            envelope = read_envelope(job)
         except Exception as exc:
             logger.error("fairqueue: job %s of account %r is malformed and was dead-lettered: %s",
                          job.job_id, held.account, exc)
@@ -199,15 +193,7 @@ class FairDispatcher:
                         reason=f"unknown task {name!r}: not registered in worker "
                                f"{self.consumer.hostname}")
             return
-        headers = dict(envelope.headers)
-        headers["eta"] = None  # the store already waited for it; Celery must not wait again
-        message = Message(
-            body=envelope.body, delivery_tag=job.job_id, content_type=envelope.content_type,
-            content_encoding=envelope.content_encoding, headers=headers,
-            properties=envelope.properties, channel=self.channel, accept=ACCEPT,
-            delivery_info={"exchange": "", "routing_key": job.queue,
-                           "redelivered": job.deliveries > 1},
-        )
+        message = job_message(job, envelope, self.channel)
         try:
             self.handler(message)
         except Exception:

@@ -14,9 +14,9 @@ from celery.worker.strategy import default
 
 from ..envelope import Envelope
 from ..errors import FairqueueError
-from ..publish import get_store
-from ..store import delivery_id
-from ..task import ACCOUNT_HEADER, JOB_KEY_HEADER, FairTask
+from ..protocol import ACCOUNT_HEADER, JOB_KEY_HEADER, delivery_id
+from ..store import store_for
+from ..task import FairTask
 from .channel import FairChannel
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ def adopt(app: Any, task: FairTask, message: Any) -> None:
         content_encoding=message.content_encoding, headers=headers,
         properties={k: message.properties[k] for k in KEPT_PROPERTIES if k in message.properties},
     )
-    store = get_store(app)
+    store = store_for(app)
     job_id = delivery_id(headers.get("id", ""), int(headers.get("retries") or 0))
     try:
         args, kwargs, _embed = message.decode()
@@ -63,5 +63,5 @@ def adopt(app: Any, task: FairTask, message: Any) -> None:
     except (FairqueueError, ValueError, TypeError) as exc:
         logger.error("fairqueue: %s[%s] from the broker cannot be fair-queued: %s; "
                      "dead-lettered", task.name, headers.get("id"), exc)
-        store.bury(job_id, {"task": task.name, "envelope": envelope.to_json(),
-                            "reason": f"arrived through the broker and {exc}"})
+        store.bury(job_id, f"arrived through the broker and {exc}",
+                   record={"task": task.name, "envelope": envelope.to_json()})

@@ -14,8 +14,8 @@ from celery import Celery
 
 import celery_fairqueue
 from celery_fairqueue import FairTask
-from celery_fairqueue.testing import REDIS_URL_ENV, record_side_effect
 from tests.apps._config import apply_clock_skew, fair_test_conf
+from tests.harness import REDIS_URL_ENV, record_side_effect
 
 REDIS_URL = os.environ[REDIS_URL_ENV]
 apply_clock_skew()

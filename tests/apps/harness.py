@@ -11,7 +11,7 @@ import time
 import redis
 from celery import Celery
 
-from celery_fairqueue.testing import REDIS_URL_ENV, record_side_effect
+from tests.harness import REDIS_URL_ENV, record_side_effect
 
 REDIS_URL = os.environ[REDIS_URL_ENV]
 

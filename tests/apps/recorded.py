@@ -18,8 +18,8 @@ django.setup()
 import celery_fairqueue  # noqa: E402  (after django.setup: the worker step imports models)
 from celery_fairqueue import FairTask  # noqa: E402
 from celery_fairqueue.contrib.django import worker  # noqa: E402
-from celery_fairqueue.testing import REDIS_URL_ENV, record_side_effect  # noqa: E402
 from tests.apps._config import fair_test_conf  # noqa: E402
+from tests.harness import REDIS_URL_ENV, record_side_effect  # noqa: E402
 
 REDIS_URL = os.environ[REDIS_URL_ENV]
 

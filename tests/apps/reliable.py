@@ -15,8 +15,8 @@ from celery import Celery
 
 import celery_fairqueue
 from celery_fairqueue import FairTask, PermanentError, ReliableTask, RetryableError, RetryPolicy
-from celery_fairqueue.testing import LEDGER_KEY, REDIS_URL_ENV
 from tests.apps._config import fair_test_conf
+from tests.harness import LEDGER_KEY, REDIS_URL_ENV
 
 REDIS_URL = os.environ[REDIS_URL_ENV]
 

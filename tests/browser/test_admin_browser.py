@@ -21,7 +21,7 @@ from pytest_django.live_server_helper import LiveServer
 from celery_fairqueue import DeadLetters
 from celery_fairqueue.contrib.django.models import Job
 from celery_fairqueue.contrib.django.recorder import Recorder
-from celery_fairqueue.testing import wait_until
+from tests.harness import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

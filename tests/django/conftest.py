@@ -19,9 +19,9 @@ from django.conf import settings
 from django.db import connections
 
 from celery_fairqueue.contrib.django.recorder import Recorder
-from celery_fairqueue.publish import get_store
-from celery_fairqueue.testing import PostgresServer, find_postgres_bindir
+from celery_fairqueue.store import store_for
 from tests.django.settings import FairqueueRouter
+from tests.harness import PostgresServer, find_postgres_bindir
 
 PG_ALIAS = "postgres"
 PG_TEST_DATABASE = "fairqueue_test"
@@ -103,7 +103,7 @@ class RunningRecorder:
 def listen(app: Celery) -> None:
     """Drop the producer's 5 s "nobody records" cache: the session's apps outlive the stream,
     which every test's flush deletes, so without this their first events could go unwritten."""
-    get_store(app)._recording_checked = float("-inf")
+    store_for(app)._recording_checked = float("-inf")
 
 
 @pytest.fixture

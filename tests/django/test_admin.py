@@ -5,23 +5,20 @@ import importlib
 from datetime import timedelta
 
 import pytest
-import redis
 from celery import Celery
 from django.contrib.auth.models import Permission, User
 from django.contrib.messages import get_messages
 from django.urls import reverse
 from django.utils import timezone
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 import celery_fairqueue
 from celery_fairqueue import DeadLetters, get_account_limit
 from celery_fairqueue.contrib.django.models import AccountLimit, Attempt, Job
-from celery_fairqueue.keys import Keys
-from celery_fairqueue.publish import get_store
 from celery_fairqueue.settings import settings_for
-from celery_fairqueue.store import FairStore
-from celery_fairqueue.testing import free_port, wait_until
+from celery_fairqueue.store import FairStore, store_for
+from celery_fairqueue.store.client import make_client
+from celery_fairqueue.store.keys import Keys
+from tests.harness import free_port, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -36,7 +33,7 @@ down.conf.fairqueue_redis_url = DEAD_URL
 celery_fairqueue.install(down)
 # No retries against the closed port: the store's own client would back off for seconds.
 down._fairqueue_store = FairStore(
-    redis.Redis.from_url(DEAD_URL, decode_responses=True, retry=Retry(NoBackoff(), 0)),
+    make_client(DEAD_URL, retries=0),
     Keys(), settings_for(down))
 
 
@@ -83,8 +80,8 @@ def dead_row(rel, letter_id: str, account: str = "acme", n: int = 1) -> Job:
 
 def bury(rel, letter_id: str, account: str = "acme", lead: int = 1) -> None:
     """A dead letter as the worker writes it, without waiting for a worker to fail."""
-    get_store(rel.app).bury(letter_id, {
-        "reason": f"permanent: lead {lead} was deleted", "task": SEND, "account": account,
+    store_for(rel.app).bury(letter_id, f"permanent: lead {lead} was deleted", record={
+        "task": SEND, "account": account,
         "args": [account, lead], "kwargs": {}, "attempts": 1,
         "error": f"PermanentError: lead {lead} was deleted"})
 

@@ -16,8 +16,8 @@ from celery import schedules
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from celery_fairqueue.beat import occurrence_key, occurrence_slot
-from celery_fairqueue.publish import get_store
-from celery_fairqueue.testing import REDIS_URL_ENV, wait_until
+from celery_fairqueue.store import store_for
+from tests.harness import REDIS_URL_ENV, wait_until
 
 SECOND = datetime(2026, 3, 1, 12, 0, 7, 250000, tzinfo=UTC).timestamp()
 
@@ -89,7 +89,7 @@ def test_two_beats_enqueue_each_occurrence_once(env, ledger, tmp_path, request):
             process.wait()
             log.close()
     sent = sum(beat_sends(tmp_path, 2))
-    enqueued = get_store(recorded.app).stats().get("enqueued", 0)
+    enqueued = store_for(recorded.app).stats().get("enqueued", 0)
     assert wait_until(lambda: len(ledger.counts()) == enqueued, 10)
     runs = ledger.counts()
     assert 3 <= len(runs) <= 8, f"beats sent {sent} times, {enqueued} jobs"  # a tick a second
@@ -111,7 +111,7 @@ def test_beat_killed_and_restarted_sends_each_occurrence_once(env, redis_client,
     follows the second send at once, and the restarted beat's re-send lands in the same slot,
     where the occurrence key makes it the job that already ran."""
     period = 5
-    now = get_store(importlib.import_module("tests.apps.recorded").app).server_time()
+    now = store_for(importlib.import_module("tests.apps.recorded").app).server_time()
     first_due = now - now % period + 2 * period  # a boundary at least 5 s away: beat is up
     PeriodicTask.objects.filter(name="tick-acme").update(
         interval=IntervalSchedule.objects.create(every=period, period=IntervalSchedule.SECONDS),

@@ -19,8 +19,8 @@ from django.utils import timezone
 import celery_fairqueue
 from celery_fairqueue import DeadLetters
 from celery_fairqueue.contrib.django.models import Job
-from celery_fairqueue.publish import get_store
-from celery_fairqueue.testing import REDIS_URL_ENV
+from celery_fairqueue.store import store_for
+from tests.harness import REDIS_URL_ENV
 
 APP = "tests.apps.reliable"
 SEND = "tests.apps.reliable.send_message"
@@ -44,8 +44,8 @@ def celery(*args: str, redis_url: str, stdin: str = "") -> subprocess.CompletedP
 def bury(rel, letter_id: str, task: str = SEND, account: str = "acme", lead: int = 1,
          **kwargs) -> None:
     """A dead letter as the worker writes it."""
-    get_store(rel.app).bury(letter_id, {
-        "reason": f"permanent: lead {lead} was deleted", "task": task, "account": account,
+    store_for(rel.app).bury(letter_id, f"permanent: lead {lead} was deleted", record={
+        "task": task, "account": account,
         "args": [account, lead], "kwargs": kwargs, "attempts": 3,
         "error": f"PermanentError: lead {lead} was deleted",
         "traceback": "Traceback (most recent call last):\n  ...\nPermanentError"})
@@ -101,7 +101,7 @@ def test_celery_dlq_lists_shows_and_replays_without_showing_arguments(rel, redis
     assert "replayed t2:0 as task " in replayed.stdout
     assert "not replayed gone:0: not found: replayed or purged already" in replayed.stderr
     assert [d.job_id for d in DeadLetters(rel.app).list()] == ["t1:0"]
-    assert get_store(rel.app).counts("celery")["ready"] == 1  # the replayed job waits to run
+    assert store_for(rel.app).counts("celery")["ready"] == 1  # the replayed job waits to run
 
 
 def test_celery_dlq_purge_asks_unless_yes(rel, redis_url):

@@ -5,25 +5,21 @@ import urllib.request
 from datetime import timedelta
 
 import pytest
-import redis
 from celery import Celery
 from django.test import RequestFactory
 from django.utils import timezone
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 import celery_fairqueue
 from celery_fairqueue.contrib.django import metrics_view
 from celery_fairqueue.contrib.django.models import Job
-from celery_fairqueue.events import EventReader
-from celery_fairqueue.keys import Keys
 from celery_fairqueue.metrics import make_registry, start_metrics_server
-from celery_fairqueue.publish import get_store
 from celery_fairqueue.settings import settings_for
-from celery_fairqueue.store import FairStore
-from celery_fairqueue.testing import free_port
+from celery_fairqueue.store import EventReader, FairStore, store_for
+from celery_fairqueue.store.client import make_client
+from celery_fairqueue.store.keys import Keys
+from tests.harness import free_port
 
 
 @pytest.fixture
@@ -38,12 +34,12 @@ def samples(text):
 
 
 def test_gauges_and_counters_come_from_the_store(fair):
-    EventReader(get_store(fair.app), "metrics").ensure_group()
+    EventReader(store_for(fair.app), "metrics").ensure_group()
     for n in range(3):
         fair.job.delay("acme", n)
     fair.job.apply_async(("acme", 9), countdown=300)
     fair.urgent.delay("acme", 1)
-    get_store(fair.app).bury("gone:0", {"reason": "permanent: gone", "task": "t"})
+    store_for(fair.app).bury("gone:0", "permanent: gone", record={"task": "t"})
     metrics = samples(generate_latest(make_registry(fair.app)).decode())
     assert metrics[("fairqueue_ready_jobs", "celery")] == 3
     assert metrics[("fairqueue_delayed_jobs", "celery")] == 1
@@ -81,7 +77,7 @@ def test_a_store_that_does_not_answer_reports_down_instead_of_failing_the_scrape
     down.conf.fairqueue_redis_url = url
     celery_fairqueue.install(down)
     down._fairqueue_store = FairStore(  # no retries: the store's own client backs off for seconds
-        redis.Redis.from_url(url, decode_responses=True, retry=Retry(NoBackoff(), 0)),
+        make_client(url, retries=0),
         Keys(), settings_for(down))
     metrics = samples(generate_latest(make_registry(down)).decode())
     assert metrics == {("fairqueue_store_up",): 0}

@@ -25,11 +25,12 @@ import celery_fairqueue
 from celery_fairqueue.contrib.django import queries
 from celery_fairqueue.contrib.django.models import Attempt, Job
 from celery_fairqueue.contrib.django.recorder import NO_OUTCOME, Recorder
-from celery_fairqueue.keys import encode_id
 from celery_fairqueue.limits import AccountLimit
-from celery_fairqueue.publish import get_store
-from celery_fairqueue.testing import REDIS_URL_ENV, wait_until
+from celery_fairqueue.store import store_for
+from celery_fairqueue.store.keys import encode_id
 from tests.django.conftest import listen
+from tests.harness import REDIS_URL_ENV, wait_until
+from tests.harness.store_tools import claim_jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,7 +54,7 @@ class Stream:
 
     def __init__(self, app, client):
         self.client = client
-        self.key = get_store(app).keys.events
+        self.key = store_for(app).keys.events
         self.clock = itertools.count(1_700_000_000)
 
     def send(self, type_, **fields):
@@ -377,9 +378,9 @@ def test_delayed_jobs_are_recorded_ready_when_the_store_promotes_them(database, 
     assert wait_until(lambda: Job.objects.filter(status=Status.DEFERRED).count() == 2,
                       VISIBLE_WITHIN)
     time.sleep(0.6)
-    store = get_store(fair.app)
+    store = store_for(fair.app)
     # the claim promotes both and leases one
-    [claimed] = store.claim(["celery"], 1, "test-worker", AccountLimit().pack(0))
+    [claimed] = claim_jobs(store, ["celery"], 1, "test-worker", AccountLimit().pack(0))
     assert wait_until(lambda: sorted(Job.objects.values_list("status", flat=True)) == sorted(
         [Status.READY, Status.RUNNING]), VISIBLE_WITHIN)
     assert claimed.job_id.split(":")[0] in {r.id for r in results}
@@ -419,7 +420,7 @@ def start_recording_worker(db_env, redis_client, celery_worker_factory):
     """``start_recording_worker(pool=...)``: a worker of the recorded app whose recorder step
     writes job state, once it has made the event stream that producers then write to."""
     recorded = importlib.import_module("tests.apps.recorded")
-    events = get_store(recorded.app).keys.events
+    events = store_for(recorded.app).keys.events
 
     def start(pool: str = "threads"):
         worker = celery_worker_factory("tests.apps.recorded", pool=pool,
@@ -494,7 +495,7 @@ def test_the_management_command_records_until_sigterm(database, db_env, fair, re
          "--settings", "tests.django.settings"],
         env=env, cwd=request.config.rootpath, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        assert wait_until(lambda: redis_client.exists(get_store(fair.app).keys.events), 15)
+        assert wait_until(lambda: redis_client.exists(store_for(fair.app).keys.events), 15)
         listen(fair.app)
         result = fair.job.delay("acme", 1)
         assert rows_where(task_id=result.id, status=Status.READY)

@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 
 from celery_fairqueue.envelope import Envelope
-from celery_fairqueue.publish import get_store
-from celery_fairqueue.store import FairStore, delivery_id
+from celery_fairqueue.protocol import delivery_id
+from celery_fairqueue.store import FairStore, store_for
 
 
 @pytest.fixture
@@ -19,7 +19,7 @@ def store(make_store: Callable[..., FairStore]) -> FairStore:
 @pytest.fixture
 def fair_store(fair, redis_client) -> FairStore:
     """The fair test app's own store, on the flushed session Redis."""
-    return get_store(fair.app)
+    return store_for(fair.app)
 
 
 def put(store: FairStore, account: str, n: int, queue: str = "default", **options: Any) -> str:

@@ -15,7 +15,7 @@ from celery_fairqueue import (
     StoreUnavailableError,
 )
 from celery_fairqueue.envelope import Envelope
-from celery_fairqueue.testing import free_port, wait_until
+from tests.harness import free_port, wait_until
 
 APP = "tests.apps.fair"
 

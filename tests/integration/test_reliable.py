@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from celery_fairqueue import PermanentError
-from celery_fairqueue.publish import get_store
-from celery_fairqueue.testing import wait_until
+from celery_fairqueue.store import store_for
+from tests.harness import wait_until
 
 APP = "tests.apps.reliable"
 CRASH_ENV = {"FQ_LEASE_SECONDS": "2", "FQ_HEARTBEAT_SECONDS": "0.5"}
@@ -141,7 +141,7 @@ def test_sigkill_before_the_done_marker_is_reconciled_not_rerun(
     assert redis_client.hget("starts", "acme:11") == "1"  # not run a second time
     assert redis_client.hget("reconciled", "acme:11") == "1"
     assert ledger.counts() == {"acme:11": 1}
-    marker = get_store(rel.app).marker(rel.send_reconciled.business_key("acme",
+    marker = store_for(rel.app).marker(rel.send_reconciled.business_key("acme",
                                                                         ("acme", 11), {}))
     assert marker["state"] == "done" and marker["external_id"] == "ext-11"
 
@@ -179,7 +179,7 @@ def test_kill_storm_loses_nothing_and_duplicates_nothing(figure, rel, celery_wor
     another twenty-first of the jobs has finished, so every kill lands mid-run."""
     jobs, kills = 10_000, 20
     workers = [celery_worker_factory(APP, concurrency=4, env=CRASH_ENV) for _ in range(2)]
-    store = get_store(rel.app)
+    store = store_for(rel.app)
 
     def finished() -> int:
         return len(ledger) + dlq.count()
@@ -229,9 +229,9 @@ def test_kill_storm_loses_nothing_and_duplicates_nothing(figure, rel, celery_wor
 
 
 def test_listing_pages_through_a_large_dlq_newest_first(rel, dlq):
-    store = get_store(rel.app)
+    store = store_for(rel.app)
     for n in range(1200):
-        store.bury(f"job-{n}:0", {"task": "t", "account": f"a{n % 3}", "reason": f"r{n}"})
+        store.bury(f"job-{n}:0", f"r{n}", record={"task": "t", "account": f"a{n % 3}"})
     letters = dlq.list(limit=5000)
     assert len(letters) == 1200
     assert [d.at for d in letters] == sorted((d.at for d in letters), reverse=True)

@@ -4,9 +4,9 @@ import time
 
 import pytest
 
-from celery_fairqueue.keys import decode_id
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.store import FairStore
+from tests.harness.store_tools import ack_many, claim_jobs
 
 from .conftest import put
 
@@ -15,17 +15,17 @@ TOKEN = "worker-a"
 
 
 def accounts_of(jobs):
-    return [decode_id(job.account) for job in jobs]
+    return [job.account for job in jobs]
 
 
 def drain(store: FairStore, queues=("default",), want=1, limit=NO_LIMIT, token=TOKEN, ack=True):
     """Claim one job at a time until none is ready; returns the accounts in claim order."""
     order = []
-    while jobs := store.claim(list(queues), want, token, limit):
+    while jobs := claim_jobs(store, list(queues), want, token, limit):
         for job in jobs:
-            order.append(decode_id(job.account))
+            order.append(job.account)
             if ack:
-                store.ack(job.queue, decode_id(job.account), job.job_id, token)
+                store.ack(job.queue, job.account, job.job_id, token)
     return order
 
 
@@ -45,7 +45,7 @@ def test_whale_burst_does_not_delay_small_accounts(store):
 def test_each_account_keeps_fifo_order(store):
     ids = [put(store, "acme", n) for n in range(5)]
     claimed = []
-    while jobs := store.claim(["default"], 2, TOKEN, NO_LIMIT):
+    while jobs := claim_jobs(store, ["default"], 2, TOKEN, NO_LIMIT):
         claimed += [j.job_id for j in jobs]
         for j in jobs:
             store.ack("default", "acme", j.job_id, TOKEN)
@@ -56,7 +56,7 @@ def test_several_jobs_per_claim_rotate_over_accounts(store):
     for account in ("a", "b", "c"):
         for n in range(3):
             put(store, account, n)
-    jobs = store.claim(["default"], 7, TOKEN, NO_LIMIT)
+    jobs = claim_jobs(store, ["default"], 7, TOKEN, NO_LIMIT)
     assert accounts_of(jobs) == ["a", "b", "c", "a", "b", "c", "a"]
 
 
@@ -82,7 +82,7 @@ def test_rate_limit_holds_over_time(store):
     started = time.monotonic()
     claimed = 0
     while time.monotonic() - started < 1.5:
-        claimed += len(store.claim(["default"], 4, TOKEN, NO_LIMIT))
+        claimed += len(claim_jobs(store, ["default"], 4, TOKEN, NO_LIMIT))
         time.sleep(0.005)
     # 1 burst token + 20/s for 1.5 s; the claims themselves take time, so allow a little less
     assert 25 <= claimed <= 32
@@ -92,11 +92,11 @@ def test_concurrency_cap_skips_account_until_a_job_settles(store):
     store.set_limit("acme", AccountLimit(concurrency=2))
     for n in range(5):
         put(store, "acme", n)
-    jobs = store.claim(["default"], 5, TOKEN, NO_LIMIT)
+    jobs = claim_jobs(store, ["default"], 5, TOKEN, NO_LIMIT)
     assert len(jobs) == 2
-    assert store.claim(["default"], 5, TOKEN, NO_LIMIT) == []
+    assert claim_jobs(store, ["default"], 5, TOKEN, NO_LIMIT) == []
     store.ack("default", "acme", jobs[0].job_id, TOKEN)
-    assert len(store.claim(["default"], 5, TOKEN, NO_LIMIT)) == 1
+    assert len(claim_jobs(store, ["default"], 5, TOKEN, NO_LIMIT)) == 1
 
 
 def test_window_closed_defers_until_it_opens(store):
@@ -124,26 +124,26 @@ def test_default_limit_applies_to_accounts_without_their_own(store):
     for n in range(3):
         put(store, "anyone", n)
     default = AccountLimit(concurrency=1).pack(0)
-    assert len(store.claim(["default"], 3, TOKEN, default)) == 1
+    assert len(claim_jobs(store, ["default"], 3, TOKEN, default)) == 1
 
 
 def test_delayed_job_waits_in_redis_until_due(store):
     put(store, "acme", 1, due=store.server_time() + 0.4)
-    assert store.claim(["default"], 1, TOKEN, NO_LIMIT) == []
+    assert claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT) == []
     assert store.counts("default")["delayed"] == 1
     time.sleep(0.5)
-    assert accounts_of(store.claim(["default"], 1, TOKEN, NO_LIMIT)) == ["acme"]
+    assert accounts_of(claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT)) == ["acme"]
 
 
 def test_expired_lease_returns_job_to_ready_in_its_place(make_store):
     store = make_store(lease_seconds=0.3, heartbeat_interval=0.1)
     first = put(store, "acme", 1)
     put(store, "acme", 2)
-    [job] = store.claim(["default"], 1, "dead-worker", NO_LIMIT)
+    [job] = claim_jobs(store, ["default"], 1, "dead-worker", NO_LIMIT)
     assert job.job_id == first
     time.sleep(0.4)
     assert store.reap() == 1
-    [again] = store.claim(["default"], 1, "live-worker", NO_LIMIT)
+    [again] = claim_jobs(store, ["default"], 1, "live-worker", NO_LIMIT)
     assert again.job_id == first and again.deliveries == 2
     # the dead worker's late ack does not settle a job it no longer owns
     assert store.ack("default", "acme", first, "dead-worker") is False
@@ -153,7 +153,7 @@ def test_expired_lease_returns_job_to_ready_in_its_place(make_store):
 def test_heartbeat_keeps_a_running_job_leased(make_store):
     store = make_store(lease_seconds=0.4, heartbeat_interval=0.1)
     put(store, "acme", 1)
-    [job] = store.claim(["default"], 1, TOKEN, NO_LIMIT)
+    [job] = claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT)
     for _ in range(4):
         time.sleep(0.2)
         assert store.extend(TOKEN, [job.job_id]) == []
@@ -165,9 +165,9 @@ def test_requeue_keeps_fifo_place_and_frees_the_cap(store):
     store.set_limit("acme", AccountLimit(concurrency=1))
     first = put(store, "acme", 1)
     put(store, "acme", 2)
-    [job] = store.claim(["default"], 2, TOKEN, NO_LIMIT)
+    [job] = claim_jobs(store, ["default"], 2, TOKEN, NO_LIMIT)
     assert store.requeue("default", "acme", job.job_id, TOKEN)
-    [again] = store.claim(["default"], 2, TOKEN, NO_LIMIT)
+    [again] = claim_jobs(store, ["default"], 2, TOKEN, NO_LIMIT)
     assert again.job_id == first
 
 
@@ -178,7 +178,7 @@ def test_same_business_key_is_one_job_until_retention_passes(make_store):
     b = store.enqueue(queue="default", account="acme", job_id="t2:0", envelope="{}",
                       job_key="k1")
     assert a.created and not b.created and b.task_id == "t1"
-    [job] = store.claim(["default"], 5, TOKEN, NO_LIMIT)
+    [job] = claim_jobs(store, ["default"], 5, TOKEN, NO_LIMIT)
     c = store.enqueue(queue="default", account="acme", job_id="t3:0", envelope="{}",
                       job_key="k1")
     assert not c.created  # running
@@ -202,9 +202,9 @@ def test_same_delivery_stored_twice_is_one_job(store):
 def test_named_queues_are_isolated(store):
     put(store, "acme", 1, queue="critical")
     put(store, "acme", 2, queue="default")
-    jobs = store.claim(["critical"], 5, TOKEN, NO_LIMIT)
+    jobs = claim_jobs(store, ["critical"], 5, TOKEN, NO_LIMIT)
     assert [j.queue for j in jobs] == ["critical"]
-    jobs = store.claim(["critical", "default"], 5, TOKEN, NO_LIMIT)
+    jobs = claim_jobs(store, ["critical", "default"], 5, TOKEN, NO_LIMIT)
     assert [j.queue for j in jobs] == ["default"]
 
 
@@ -212,9 +212,9 @@ def test_poison_job_is_dead_lettered_after_max_deliveries(make_store):
     store = make_store(max_deliveries=2, lease_seconds=30.0)
     job_id = put(store, "acme", 1)
     for _ in range(2):
-        [job] = store.claim(["default"], 1, TOKEN, NO_LIMIT)
+        [job] = claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT)
         store.requeue("default", "acme", job.job_id, TOKEN)
-    assert store.claim(["default"], 1, TOKEN, NO_LIMIT) == []
+    assert claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT) == []
     assert store.client.hexists(store.keys.dead, job_id)
     assert "2 times" in store.client.hget(store.keys.dead, job_id)
 
@@ -254,8 +254,8 @@ def test_bulk_enqueue_and_ack_behave_as_one_call_each(store):
     results = store.enqueue_many(jobs, chunk=4)
     assert [r.created for r in results] == [True] * 5 + [False] * 5 + [True]
     assert results[7].task_id == "t2" and results[-1].delayed
-    claimed = store.claim(["default"], 10, TOKEN, NO_LIMIT)
+    claimed = claim_jobs(store, ["default"], 10, TOKEN, NO_LIMIT)
     assert sorted(job.job_id for job in claimed) == [f"t{n}:0" for n in range(5)]
-    assert store.ack_many(claimed, TOKEN, chunk=2) == [True] * 5
-    assert store.ack_many(claimed, TOKEN) == [False] * 5  # settled already
+    assert ack_many(store, claimed, TOKEN, chunk=2) == [True] * 5
+    assert ack_many(store, claimed, TOKEN) == [False] * 5  # settled already
     assert store.counts("default")["running"] == 0

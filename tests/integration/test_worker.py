@@ -7,7 +7,7 @@ import pytest
 from celery import Celery, chain, group
 
 from celery_fairqueue import set_account_limit
-from celery_fairqueue.testing import wait_until
+from tests.harness import wait_until
 
 APP = "tests.apps.fair"
 
@@ -198,7 +198,7 @@ def test_revoked_job_does_not_run_and_settles(fair, celery_worker_factory, ledge
 
 def test_every_transition_reaches_the_event_stream_once_a_recorder_listens(
         fair, celery_worker_factory, fair_store):
-    from celery_fairqueue.events import EventReader
+    from celery_fairqueue.store import EventReader
 
     reader = EventReader(fair_store, "test")
     assert fair.job.delay("acme", 0).id  # no recorder yet: no stream, nothing piles up

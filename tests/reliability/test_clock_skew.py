@@ -8,8 +8,8 @@ under Debian's libfaketime, Python's timed waits hang or ``time.sleep`` fails wi
 import json
 
 from celery_fairqueue import set_account_limit
-from celery_fairqueue.publish import get_store
-from celery_fairqueue.testing import wait_until
+from celery_fairqueue.store import store_for
+from tests.harness import wait_until
 
 APP = "tests.apps.fair"
 
@@ -24,7 +24,7 @@ def test_skewed_workers_keep_leases_and_the_rate_limit(figure, fair, celery_work
     one 60 s ahead would find it refilled on every turn and far exceed the rate."""
     burst = 5
     set_account_limit(fair.app, "limited", rate="5/s", burst=burst)
-    store = get_store(fair.app)
+    store = store_for(fair.app)
     workers = []
     for skew in (-30, 30):  # each worker runs three long jobs and has one slot left
         workers.append(celery_worker_factory(APP, concurrency=4, env=skewed(skew)))

@@ -3,7 +3,7 @@ this package log about it (arguments, return values, error texts, tracebacks).""
 
 import pytest
 
-from celery_fairqueue.testing import wait_until
+from tests.harness import wait_until
 
 APP = "tests.apps.reliable"
 EMAIL, PHONE = "jane.doe@example.com", "+1-555-0100"

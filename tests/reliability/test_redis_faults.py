@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from celery_fairqueue.publish import get_store
-from celery_fairqueue.testing import WorkerProcess, wait_until
+from celery_fairqueue.store import store_for
+from tests.harness import WorkerProcess, wait_until
 
 APP = "tests.apps.fair"
 
@@ -69,7 +69,7 @@ def test_aof_restart_keeps_every_acknowledged_enqueue(figure, session_redis, fai
     ids = [fair.job.delay(f"acct{n % 5}", n, 0.05).id for n in range(300)]
     client = server.client(decode_responses=True)
     assert wait_until(lambda: client.hlen("ledger") >= 20, timeout=20)
-    running = get_store(fair.app).counts("celery")["running"]
+    running = store_for(fair.app).counts("celery")["running"]
     server.kill()
     server.start()
     client = server.client(decode_responses=True)
@@ -113,7 +113,7 @@ def test_redis_paused_five_seconds_workers_recover_without_duplicates(figure, se
         fair.job.delay(f"acct{n % 4}", n, 1.0)
     client = server.client(decode_responses=True)
     assert wait_until(lambda: client.hlen("ledger") >= 10, timeout=20)
-    running = get_store(fair.app).counts("celery")["running"]
+    running = store_for(fair.app).counts("celery")["running"]
     server.pause()
     time.sleep(5)
     server.resume()

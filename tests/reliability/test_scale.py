@@ -4,7 +4,8 @@ import time
 
 from celery_fairqueue.envelope import Envelope
 from celery_fairqueue.limits import AccountLimit
-from celery_fairqueue.testing import wait_until
+from tests.harness import wait_until
+from tests.harness.store_tools import ack_many, claim_jobs
 
 ACCOUNTS = 100_000
 #: What a pending job may cost in Redis: its envelope, indexes and its account's rotation entry
@@ -27,8 +28,8 @@ def test_many_accounts_cost_little_memory_and_leave_no_keys_behind(make_store, r
     per_job = (int(redis_client.info("memory")["used_memory"]) - before) / ACCOUNTS
     no_limit = AccountLimit().pack(0)
     done = 0
-    while jobs := store.claim(["celery"], 64, "scale", no_limit):
-        assert all(store.ack_many(jobs, "scale"))
+    while jobs := claim_jobs(store, ["celery"], 64, "scale", no_limit):
+        assert all(ack_many(store, jobs, "scale"))
         done += len(jobs)
     time.sleep(0.6)
     while store.trim_done(batch=5000):

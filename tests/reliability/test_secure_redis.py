@@ -11,7 +11,7 @@ import pytest
 from celery_fairqueue.errors import StoreUnavailableError
 from celery_fairqueue.settings import FairqueueSettings
 from celery_fairqueue.store import FairStore
-from celery_fairqueue.testing import free_port
+from tests.harness import free_port
 from tests.integration.conftest import put
 
 PASSWORD = "s3cret/with:odd@chars"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from celery_fairqueue.keys import MAX_ID_LENGTH, Keys, decode_id, encode_id
+from celery_fairqueue.store.keys import MAX_ID_LENGTH, Keys, decode_id, encode_id
 
 HOSTILE = ["*", "{x}", "a|b", "new\nline", "sp ace", "ümlaut-账户", "x" * 1024, "%41", "a:b", "}{"]
 

@@ -11,7 +11,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import redis
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
@@ -22,9 +21,9 @@ from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.html import format_html
 
-from ...cli import BatchOutcome
 from ...errors import StoreUnavailableError
-from ...publish import get_store
+from ...reports import BatchOutcome
+from ...store import store_for
 from ...tables import duration, truncate
 from .conf import celery_app
 from .models import AccountLimit, Attempt, DeadJob, Job
@@ -36,7 +35,6 @@ from .views import (
     replay_dead_letters,
 )
 
-STORE_ERRORS = (redis.RedisError, StoreUnavailableError)
 STATUS_COLOURS = {
     Job.Status.READY: "#205493",
     Job.Status.DEFERRED: "#8a6d00",
@@ -245,8 +243,8 @@ class DeadJobAdmin(JobAdmin):
 def store_unreachable() -> str | None:
     """Why the fair store cannot be reached, or None when it answers."""
     try:
-        get_store(celery_app()).client.ping()
-    except STORE_ERRORS as exc:
+        store_for(celery_app()).ping()
+    except StoreUnavailableError as exc:
         return str(exc)
     return None
 
@@ -268,11 +266,30 @@ class AccountLimitForm(forms.ModelForm):
 
 @admin.register(AccountLimit)
 class AccountLimitAdmin(admin.ModelAdmin):
-    """Limits per account; saving one pushes it to Redis, where running workers obey it."""
+    """Limits per account, read from and written to the fair store (Redis), which owns them:
+    limits set from code show here, and saving one here is what ``set_account_limit`` does."""
 
     form = AccountLimitForm
     list_display = ("account", "rate", "burst", "concurrency", "window", "tz", "updated_at")
     search_fields = ("^account",)
+
+    def changelist_view(self, request: HttpRequest,
+                        extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        self._mirror(request)
+        return super().changelist_view(request, extra_context)
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if request.method == "GET":
+            self._mirror(request)
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def _mirror(self, request: HttpRequest) -> None:
+        try:
+            AccountLimit.mirror_store()
+        except StoreUnavailableError as exc:
+            self.message_user(request, "The fair store (Redis) cannot be reached, so these are "
+                                       f"the limits last seen there: {exc}", messages.WARNING)
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         # The bulk delete skips Model.delete, which is what clears a limit in Redis.

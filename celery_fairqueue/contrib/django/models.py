@@ -94,7 +94,13 @@ class Attempt(models.Model):
 
 
 class AccountLimit(models.Model):
-    """An account's limit; saving pushes it to Redis, so running workers obey it at once."""
+    """An account's limit, as the admin shows and edits it.
+
+    The fair store (Redis) owns limits: workers read them there, and ``set_account_limit`` from
+    code writes them there. These rows mirror it (:meth:`mirror_store`, run whenever the admin
+    lists or opens limits), and saving or deleting a row goes through the same
+    ``set_account_limit``/``clear_account_limit`` that code uses.
+    """
 
     account = models.CharField(max_length=1024, unique=True)
     rate = models.CharField(max_length=32, blank=True, help_text='Celery format: "10/s".')
@@ -139,6 +145,28 @@ class AccountLimit(models.Model):
         limit = self.as_limit()
         set_account_limit(celery_app(), self.account, rate=limit.rate, burst=limit.burst,
                           concurrency=limit.concurrency, window=limit.window, tz=limit.tz)
+
+
+    @classmethod
+    def mirror_store(cls) -> int:
+        """Make the rows what the fair store holds; returns how many limits it holds."""
+        from ...store import store_for
+        from .conf import celery_app
+
+        held = {account: limit for account, limit in store_for(celery_app()).limits()
+                if len(account) <= cls._meta.get_field("account").max_length}
+        rows = [cls(account=account, rate=limit.rate or "", burst=limit.burst,
+                    concurrency=limit.concurrency, window=limit.window or "", tz=limit.tz or "")
+                for account, limit in held.items()]
+        with transaction.atomic():
+            gone = set(cls.objects.values_list("account", flat=True)) - held.keys()
+            for start in range(0, len(gone), 500):  # querysets bypass the push of delete()
+                cls.objects.filter(account__in=list(gone)[start:start + 500]).delete()
+            cls.objects.bulk_create(rows, batch_size=500, update_conflicts=True,
+                                    unique_fields=["account"],
+                                    update_fields=["rate", "burst", "concurrency", "window",
+                                                   "tz"])
+        return len(held)
 
 
 def _celery_app_clear(account: str) -> None:

@@ -32,18 +32,13 @@ Such a job appears once it is enqueued again, e.g. by its next retry.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
 
-import redis
 from celery import Celery
 from django.db import (
     DatabaseError,
@@ -53,371 +48,24 @@ from django.db import (
     router,
     transaction,
 )
-from django.db.models import CharField, Q, TextField
-from django.utils import timezone
-from redis.exceptions import LockError
 
-from ...events import Event, EventReader
-from ...publish import get_store
-from ...store import task_id_of
-from .models import Attempt, Job
+from ...errors import StoreUnavailableError
+from ...protocol import Event
+from ...store import EventReader, Leadership, store_for
+from .models import Job
+from .recording import NO_OUTCOME, Batch
+
+__all__ = ["NO_OUTCOME", "Recorder", "default_consumer_name"]
 
 logger = logging.getLogger(__name__)
 
-Status = Job.Status
-Outcome = Attempt.Outcome
-NO_OUTCOME = "settled without an outcome (revoked or rejected)"
-FINAL = (Status.SUCCEEDED, Status.DEAD)
-JOB_FIELDS = ["task_id", "delivery_id", "task", "queue", "account", "status", "attempts", "args",
-              "enqueued_at", "next_run_at", "started_at", "finished_at", "last_error",
-              "external_id", "worker", "updated_at"]
-CLOSE_FIELDS = ["outcome", "error", "finished_at"]
 # The database is away (down, restarting, unreachable): keep the events and try again. Any other
 # database error is the batch's fault, which retrying would repeat forever.
 TRANSIENT_DB_ERRORS = (OperationalError, InterfaceError)
-REDIS_ERRORS = (redis.RedisError,)  # LockError is one too
 
 
 def default_consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def _time(seconds: float | None) -> datetime | None:
-    return datetime.fromtimestamp(seconds, UTC) if seconds else None
-
-
-def _retries(delivery_id: str) -> int:
-    """The retry count in a delivery id ``<task id>:<retries>`` (-1 when there is none)."""
-    tail = delivery_id.rsplit(":", 1)[-1]
-    return int(tail) if tail.isdigit() else -1
-
-
-class PostgresCopy:
-    """The batch's writes on PostgreSQL through COPY, in the batch's transaction.
-
-    Django's bulk_create spends most of the recorder's time turning values into SQL in Python;
-    COPY hands them over in C (a quarter of the client time, and less server time), which is
-    what keeps recording off the critical path of a busy machine. Jobs and closed attempts go
-    through staging tables emptied at commit, then one upsert or update.
-    """
-
-    JOB_COLUMNS = ["job_key", *JOB_FIELDS]
-    ATTEMPT_COLUMNS = ["job_id", "number", "delivery_id", "worker", "started_at", "finished_at",
-                       "outcome", "error"]
-
-    def __init__(self, cursor: Any) -> None:
-        self.cursor = cursor  # the driver's (psycopg) cursor
-
-    def _stage(self, name: str, table: str, columns: list[str], rows: list[tuple]) -> None:
-        names = ", ".join(columns)
-        self.cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {name} ON COMMIT DELETE ROWS AS "
-                            f"SELECT {names} FROM {table} WITH NO DATA")
-        self._copy(name, columns, rows)
-
-    def _copy(self, table: str, columns: list[str], rows: list[tuple]) -> None:
-        with self.cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
-
-    def upsert_jobs(self, jobs: list[Job], now: datetime) -> None:
-        if not jobs:
-            return
-        for job in jobs:
-            job.updated_at = now
-        rows = [tuple(json.dumps(job.args) if name == "args" else getattr(job, name)
-                      for name in self.JOB_COLUMNS) for job in jobs]
-        table, names = Job._meta.db_table, ", ".join(self.JOB_COLUMNS)
-        self._stage("fairqueue_job_stage", table, self.JOB_COLUMNS, rows)
-        updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in JOB_FIELDS)
-        self.cursor.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM "
-                            f"fairqueue_job_stage ON CONFLICT (job_key) DO UPDATE SET {updates} "
-                            "RETURNING id, job_key")
-        ids = {key: pk for pk, key in self.cursor.fetchall()}
-        for job in jobs:
-            job.pk = ids[job.job_key]
-
-    def insert_attempts(self, attempts: list[Attempt]) -> None:
-        rows = [(a.job.pk, *(getattr(a, name) for name in self.ATTEMPT_COLUMNS[1:]))
-                for a in attempts]
-        if rows:
-            self._copy(Attempt._meta.db_table, self.ATTEMPT_COLUMNS, rows)
-
-    def close_attempts(self, attempts: list[Attempt]) -> None:
-        if not attempts:
-            return
-        columns = ["id", *CLOSE_FIELDS]
-        table = Attempt._meta.db_table
-        self._stage("fairqueue_attempt_stage", table, columns,
-                    [tuple(getattr(a, name) for name in columns) for a in attempts])
-        updates = ", ".join(f"{name} = s.{name}" for name in CLOSE_FIELDS)
-        self.cursor.execute(f"UPDATE {table} AS a SET {updates} FROM fairqueue_attempt_stage "
-                            "AS s WHERE a.id = s.id")
-
-
-def _text_fields(model: type[Job] | type[Attempt]) -> list[tuple[str, int | None]]:
-    return [(f.attname, f.max_length) for f in model._meta.concrete_fields
-            if isinstance(f, CharField | TextField)]
-
-
-TEXT_FIELDS = {Job: _text_fields(Job), Attempt: _text_fields(Attempt)}
-
-
-def _fit(row: Job | Attempt) -> Any:
-    """Make strings storable: ids in Redis may be longer than their column allows, and
-    PostgreSQL refuses NUL characters, which an error message may hold."""
-    for name, max_length in TEXT_FIELDS[type(row)]:
-        value = getattr(row, name)
-        if "\x00" in value or (max_length and len(value) > max_length):
-            setattr(row, name, value.replace("\x00", "")[:max_length])
-    return row
-
-
-def _args(event: Event) -> dict:
-    try:  # PostgreSQL's jsonb refuses NUL characters
-        shown = json.loads((event.fields.get("args") or "{}").replace("\\u0000", ""))
-    except ValueError:
-        return {}
-    return shown if isinstance(shown, dict) else {"args": shown}
-
-
-class Batch:
-    """The rows one batch of events touches, loaded once, changed in memory, written once."""
-
-    def __init__(self, events: list[Event], db: str,
-                 paused: dict[tuple[str, str], datetime] | None = None) -> None:
-        self.events = events
-        self.db = db
-        self.paused = {} if paused is None else paused  # (queue, account) -> pause ends
-        self.by_key: dict[str, Job] = {}
-        self.by_task: dict[str, Job] = {}
-        self.attempts: dict[str, list[Attempt]] = {}  # delivery id -> its attempts, oldest first
-        self.dirty: dict[str, Job] = {}
-        self.new_attempts: list[Attempt] = []
-        self.closed_attempts: dict[int, Attempt] = {}
-        self.account_updates: list[tuple[str, dict, dict]] = []
-
-    def load(self) -> None:
-        deliveries = {e.job_id: e for e in self.events if e.job_id}
-        if not deliveries:
-            return
-        tasks = {task_id_of(delivery) for delivery in deliveries}
-        keys = {self.key_of(e) for e in deliveries.values() if e.type == "enqueued"}
-        for job in Job.objects.using(self.db).filter(Q(job_key__in=keys) | Q(task_id__in=tasks)):
-            self.by_key[job.job_key] = job
-            self.by_task[job.task_id] = job
-        for attempt in (Attempt.objects.using(self.db).filter(delivery_id__in=deliveries)
-                        .order_by("id")):
-            self.attempts.setdefault(attempt.delivery_id, []).append(attempt)
-
-    @staticmethod
-    def key_of(event: Event) -> str:
-        return event.job_key or f"task:{event.task_id}"
-
-    def apply(self) -> None:
-        for event in self.events:
-            handler: Callable[[Event], None] | None = getattr(self, f"on_{event.type}", None)
-            if handler is None:
-                logger.debug("fairqueue recorder: ignoring event type %r", event.type)
-                continue
-            handler(event)
-
-    def write(self) -> None:
-        now = timezone.now()
-        for update, where, values in self.account_updates:
-            Job.objects.using(self.db).filter(**where).update(**values, updated_at=now)
-            logger.debug("fairqueue recorder: %s %s", update, where)
-        jobs = [_fit(job) for job in self.dirty.values()]
-        attempts = [_fit(attempt) for attempt in self.new_attempts]
-        closed = list(self.closed_attempts.values())
-        connection = connections[self.db]
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor, connection.wrap_database_errors:
-                copy = PostgresCopy(cursor.cursor)  # the driver's errors as Django's
-                copy.upsert_jobs(jobs, now)
-                copy.insert_attempts(attempts)
-                copy.close_attempts(closed)
-            return
-        if jobs:
-            Job.objects.using(self.db).bulk_create(
-                jobs, update_conflicts=True, unique_fields=["job_key"], update_fields=JOB_FIELDS)
-        if attempts:
-            Attempt.objects.using(self.db).bulk_create(attempts)
-        if closed:
-            Attempt.objects.using(self.db).bulk_update(closed, CLOSE_FIELDS)
-
-    # -- helpers -------------------------------------------------------------------------------
-
-    def job_for(self, event: Event) -> Job | None:
-        """The job of a job event, or None when it is unknown or the event is stale."""
-        job = self.by_task.get(event.task_id or "")
-        if job is None:
-            logger.debug("fairqueue recorder: %s of unknown job %s skipped", event.type,
-                         event.job_id)
-            return None
-        if _retries(event.job_id or "") < _retries(job.delivery_id):
-            return None  # an earlier delivery's late news: the job has moved on
-        self.dirty[job.job_key] = job
-        return job
-
-    def open_attempt(self, event: Event) -> Attempt | None:
-        attempts = self.attempts.get(event.job_id or "")
-        if attempts and attempts[-1].outcome == Outcome.RUNNING:
-            return attempts[-1]
-        return None
-
-    def close_attempt(self, event: Event, outcome: str, error: str = "") -> None:
-        attempt = self.open_attempt(event)
-        if attempt is None:
-            return
-        attempt.outcome = outcome
-        attempt.error = error
-        attempt.finished_at = _time(event.at)
-        if attempt.pk is not None:
-            self.closed_attempts[attempt.pk] = attempt
-
-    def run_at(self, job: Job, due: datetime | None, now: datetime | None) -> datetime | None:
-        """When a job due at ``due`` (None: now) runs: later if its account is paused by a
-        limit, since its job is ready in Redis but waits for the account; None for now."""
-        pause_ends = self.paused.get((job.queue, job.account))
-        if pause_ends and now and pause_ends > (due or now):
-            return pause_ends
-        return due
-
-    def same_account(self, event: Event) -> list[Job]:
-        return [job for job in self.by_key.values()
-                if job.queue == event.queue and job.account == event.account]
-
-    # -- job events ----------------------------------------------------------------------------
-
-    def on_enqueued(self, event: Event) -> None:
-        if not event.task_id:
-            return
-        key = self.key_of(event)
-        job = self.by_key.get(key)
-        if job is None:
-            job = Job(job_key=key, task_id=event.task_id, enqueued_at=_time(event.at))
-        elif job.task_id != event.task_id:
-            # the key's earlier job is gone (replayed from the dead letters, or done long ago)
-            self.by_task.pop(job.task_id, None)
-            job.task_id, job.enqueued_at = event.task_id, _time(event.at)
-            job.started_at = job.finished_at = None
-            job.last_error = job.external_id = job.worker = ""
-        elif _retries(event.job_id or "") < _retries(job.delivery_id):
-            return
-        job.enqueued_at = job.enqueued_at or _time(event.at)
-        job.delivery_id = event.job_id or ""
-        job.task = event.fields.get("t", "") or job.task
-        job.queue = event.queue or job.queue
-        job.account = event.account or job.account
-        job.args = _args(event)
-        job.attempts = event.attempt - 1
-        due = _time(event.due) if event.due and event.due > event.at else None
-        due = self.run_at(job, due, _time(event.at))
-        job.status = Status.DEFERRED if due else Status.READY
-        job.next_run_at = due
-        self.by_key[key] = self.by_task[job.task_id] = self.dirty[key] = job
-
-    def on_promoted(self, event: Event) -> None:
-        job = self.job_for(event)
-        if job is None or job.status != Status.DEFERRED or job.delivery_id != event.job_id:
-            return
-        due = self.run_at(job, None, _time(event.at))
-        job.status, job.next_run_at = (Status.DEFERRED if due else Status.READY), due
-
-    def on_running(self, event: Event) -> None:
-        job = self.job_for(event)
-        if job is None or (job.status in FINAL and job.delivery_id == event.job_id):
-            return
-        started = _time(event.at)
-        job.status, job.started_at, job.next_run_at = Status.RUNNING, started, None
-        job.worker = event.fields.get("worker", "")
-        job.attempts = event.attempt
-        job.delivery_id = event.job_id or job.delivery_id
-        attempts = self.attempts.setdefault(job.delivery_id, [])
-        if any(a.started_at == started for a in attempts):
-            return  # this batch was applied before and its ack got lost
-        attempt = Attempt(job=job, number=event.attempt, delivery_id=job.delivery_id,
-                          worker=job.worker, started_at=started)
-        attempts.append(attempt)
-        self.new_attempts.append(attempt)
-
-    def on_succeeded(self, event: Event) -> None:
-        job = self.job_for(event)
-        if job is None:
-            return
-        job.status, job.finished_at, job.next_run_at = Status.SUCCEEDED, _time(event.at), None
-        job.external_id = event.fields.get("ext", "")
-        self.close_attempt(event, Outcome.SUCCEEDED)
-
-    def on_retrying(self, event: Event) -> None:
-        job = self.job_for(event)
-        if job is None:
-            return
-        error = event.fields.get("err") or event.fields.get("reason", "")
-        job.last_error = error
-        job.status, job.next_run_at = Status.DEFERRED, _time(event.due)
-        self.close_attempt(event, Outcome.RETRYING, error)
-
-    def on_failed(self, event: Event) -> None:
-        # the dead event follows; failed until then, so a lost dead event still shows a failure
-        job = self.job_for(event)
-        if job is None:
-            return
-        error = event.fields.get("err") or event.fields.get("reason", "")
-        job.last_error = error
-        job.status, job.finished_at = Status.FAILED, _time(event.at)
-        self.close_attempt(event, Outcome.FAILED, error)
-
-    def on_dead(self, event: Event) -> None:
-        job = self.job_for(event)
-        if job is None:
-            return
-        reason = event.fields.get("reason", "")
-        job.status, job.finished_at, job.next_run_at = Status.DEAD, _time(event.at), None
-        job.last_error = job.last_error or reason
-        self.close_attempt(event, Outcome.DEAD, reason)  # rejected or poison: no failed event
-
-    def on_requeued(self, event: Event) -> None:
-        job = self.job_for(event)
-        if job is None or job.status in FINAL:
-            return
-        job.status, job.next_run_at = Status.READY, None
-        self.close_attempt(event, Outcome.REQUEUED,
-                           event.fields.get("reason") or "given back by the worker")
-
-    def on_acked(self, event: Event) -> None:
-        job = self.job_for(event)
-        if job is None or job.status != Status.RUNNING or job.delivery_id != event.job_id:
-            return
-        job.status, job.finished_at, job.last_error = Status.FAILED, _time(event.at), NO_OUTCOME
-        self.close_attempt(event, Outcome.FAILED, NO_OUTCOME)
-
-    # -- account events ------------------------------------------------------------------------
-
-    def on_account_deferred(self, event: Event) -> None:
-        due = _time(event.due)
-        assert due is not None and event.queue and event.account
-        self.paused[(event.queue, event.account)] = due
-        for job in self.same_account(event):
-            if job.status == Status.READY:
-                job.status, job.next_run_at = Status.DEFERRED, due
-                self.dirty[job.job_key] = job
-        self.account_updates.append((
-            "deferred", {"queue": event.queue, "account": event.account, "status": Status.READY},
-            {"status": Status.DEFERRED, "next_run_at": due}))
-
-    def on_account_ready(self, event: Event) -> None:
-        at = _time(event.at)
-        assert at is not None and event.queue and event.account
-        self.paused.pop((event.queue, event.account), None)
-        for job in self.same_account(event):
-            if job.status == Status.DEFERRED and job.next_run_at and job.next_run_at <= at:
-                job.status, job.next_run_at = Status.READY, None
-                self.dirty[job.job_key] = job
-        self.account_updates.append((
-            "ready", {"queue": event.queue, "account": event.account,
-                      "status": Status.DEFERRED, "next_run_at__lte": at},
-            {"status": Status.READY, "next_run_at": None}))
 
 
 class Recorder:
@@ -427,7 +75,7 @@ class Recorder:
                  block_ms: int = 500, lock_seconds: float = 30.0, linger_ms: int = 200,
                  max_backoff: float = 5.0) -> None:
         self.app = app
-        self.store = get_store(app)
+        self.store = store_for(app)
         self.reader = EventReader(self.store, consumer_name or default_consumer_name())
         self.batch = batch
         self.block_ms = block_ms
@@ -435,8 +83,7 @@ class Recorder:
         self.linger = linger_ms / 1000
         self.max_backoff = max_backoff
         self.db = router.db_for_write(Job)
-        self._lock = self.store.client.lock(self.store.keys.recorder_lock,
-                                            timeout=lock_seconds, thread_local=False)
+        self._leadership = Leadership(self.store, lock_seconds)
         self.leading = False
         self._renewed = float("-inf")
         self._group_ready = False
@@ -508,7 +155,7 @@ class Recorder:
                                "pending and are applied when it is back", exc)
                 connections[self.db].close()
                 stop_event.wait(self._backoff(failures))
-            except REDIS_ERRORS as exc:
+            except StoreUnavailableError as exc:
                 failures += 1
                 logger.warning("fairqueue recorder: Redis unavailable (%s); retrying", exc)
                 self._group_ready = self.leading = False  # a restarted Redis lost the group
@@ -524,8 +171,7 @@ class Recorder:
         """Hand the lead to a standby recorder at once instead of after ``lock_seconds``."""
         if self.leading:
             self.leading = False
-            with contextlib.suppress(*REDIS_ERRORS):  # expired or Redis gone: it frees itself
-                self._lock.release()
+            self._leadership.release()
         connections[self.db].close()
 
     def _backoff(self, failures: int) -> float:
@@ -535,28 +181,15 @@ class Recorder:
         if self.leading:
             if time.monotonic() - self._renewed < self.lock_seconds / 3:
                 return True
-            try:
-                self._lock.reacquire()
+            if self._leadership.renew():
                 self._renewed = time.monotonic()
                 return True
-            except LockError:
-                self.leading = False
-                logger.warning("fairqueue recorder %s lost the lead", self.consumer_name)
-        if not self._lock.acquire(blocking=False):
+            self.leading = False
+            logger.warning("fairqueue recorder %s lost the lead", self.consumer_name)
+        if not self._leadership.acquire():
             return False
         self.leading = True
         self._renewed = time.monotonic()
-        self._adopt_pending()
+        self.reader.adopt_pending()
         logger.info("fairqueue recorder %s leads", self.consumer_name)
         return True
-
-    def _adopt_pending(self) -> None:
-        """Take over the entries an earlier leader read and never acknowledged."""
-        start = "0-0"
-        while True:
-            reply = self.store.client.xautoclaim(
-                self.reader.stream, self.reader.group, self.consumer_name, min_idle_time=0,
-                start_id=start, count=1000)  # JUSTID would hide the cursor (redis-py drops it)
-            start = reply[0]
-            if start == "0-0":
-                return

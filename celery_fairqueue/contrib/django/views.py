@@ -1,8 +1,8 @@
 """The account overview page, and the dead-letter operations the admin and manage.py share.
 
-Replay and purge act on the fair store first (the dead letters live in Redis) and then bring the
-recorded rows in line; they check the user's permission themselves, so neither caller can
-forget to.
+Replay and purge act on the fair store first (the dead letters live in Redis) and then have the
+recorder bring the recorded rows in line; they check the user's permission themselves, so
+neither caller can forget to.
 """
 
 from __future__ import annotations
@@ -16,15 +16,13 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
-from django.utils import timezone
 
-from ...cli import BatchOutcome, purge_each, replay_each
-from ...dlq import DeadLetters
-from ...store import delivery_id, task_id_of
+from ...reports import BatchOutcome, purge_each, replay_each
+from ...store import DeadLetters
 from ...tables import duration
 from .conf import celery_app
-from .models import Job
 from .queries import account_overview
+from .recording import record_purge, record_replay
 
 REPLAY_PERMISSION = "celery_fairqueue.replay_job"
 PURGE_PERMISSION = "celery_fairqueue.purge_job"
@@ -50,20 +48,7 @@ def replay_dead_letters(user: User, ids: Sequence[str]) -> BatchOutcome:
     """Replay dead letters by id (``Job.delivery_id``); replayed rows become ready again."""
     require(user, REPLAY_PERMISSION)
     outcome = replay_each(DeadLetters(celery_app()), ids)
-    now = timezone.now()
-    for old_id, task_id in outcome.done.items():
-        # The row becomes the new job, as the recorder makes it when it sees the replay: same
-        # business key, the new task id, a fresh start. Only from dead, because the recorder may
-        # already have seen the new job run.
-        old_task = task_id_of(old_id)
-        rows = Job.objects.filter(task_id=old_task, delivery_id=old_id, status=Job.Status.DEAD)
-        fresh = {"status": Job.Status.READY, "task_id": task_id,
-                 "delivery_id": delivery_id(task_id, 0), "enqueued_at": now,
-                 "next_run_at": None, "started_at": None, "finished_at": None,
-                 "last_error": "", "external_id": "", "worker": "", "updated_at": now}
-        # a job without a business key is keyed by its task id, which the replay changed
-        rows.filter(job_key=f"task:{old_task}").update(job_key=f"task:{task_id}", **fresh)
-        rows.update(**fresh)
+    record_replay(outcome.done)
     return outcome
 
 
@@ -71,9 +56,7 @@ def purge_dead_letters(user: User, ids: Sequence[str]) -> BatchOutcome:
     """Delete dead letters by id for good, and their rows."""
     require(user, PURGE_PERMISSION)
     outcome = purge_each(DeadLetters(celery_app()), ids)
-    for job_id in outcome.done:
-        Job.objects.filter(task_id=task_id_of(job_id), delivery_id=job_id,
-                           status=Job.Status.DEAD).delete()
+    record_purge(list(outcome.done))
     return outcome
 
 

@@ -14,19 +14,20 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.core.management.base import BaseCommand, CommandError
-from redis import RedisError
 
-from celery_fairqueue.cli import (
-    BatchOutcome,
-    dead_letters_report,
-    status_report,
-)
 from celery_fairqueue.contrib.django.conf import celery_app
 from celery_fairqueue.contrib.django.queries import account_overview
 from celery_fairqueue.contrib.django.views import purge_dead_letters, replay_dead_letters
-from celery_fairqueue.dlq import DeadLetters
 from celery_fairqueue.errors import StoreUnavailableError
-from celery_fairqueue.inspect import StoreInspector
+from celery_fairqueue.reports import (
+    BatchOutcome,
+    PurgeSelectionError,
+    dead_letters_report,
+    failure_lines,
+    purge_selection,
+    status_report,
+)
+from celery_fairqueue.store import DeadLetters, StoreInspector
 from celery_fairqueue.tables import duration, render
 
 USER_HELP = ("Act as this user, who must hold the permission {perm} (as in the admin); the "
@@ -83,7 +84,7 @@ class Command(BaseCommand):
                 self.accounts(options)
             else:
                 getattr(self, f"dlq_{options['dlq_command']}")(options)
-        except (RedisError, StoreUnavailableError) as exc:
+        except StoreUnavailableError as exc:
             raise CommandError(f"The fair store (Redis) cannot be reached: {exc}") from exc
         except PermissionDenied as exc:
             raise CommandError(f"Refused: {exc}. Replay and purge act for a Django user who "
@@ -124,15 +125,12 @@ class Command(BaseCommand):
         self.report_failures("replayed", outcome)
 
     def dlq_purge(self, options: dict[str, Any]) -> None:
-        ids, older_than = options["ids"], options["older_than"]
-        if bool(ids) == (older_than is not None):
-            raise CommandError("name the dead letters to purge, or give --older-than (not both)")
-        user = self.user(options["user"])
-        if older_than is not None:
-            store = DeadLetters(celery_app()).store
-            ids = store.client.zrangebyscore(store.keys.dead_index, "-inf",
-                                             store.server_time() - older_than)
-        outcome = purge_dead_letters(user, ids)
+        try:
+            selection = purge_selection(DeadLetters(celery_app()), options["ids"],
+                                        options["older_than"])
+        except PurgeSelectionError as exc:
+            raise CommandError(str(exc)) from None
+        outcome = purge_dead_letters(self.user(options["user"]), selection.ids)
         self.stdout.write(f"purged {len(outcome.done)} dead letters")
         self.report_failures("purged", outcome)
 
@@ -143,8 +141,8 @@ class Command(BaseCommand):
             raise CommandError(f"no user {username!r}") from None
 
     def report_failures(self, verb: str, outcome: BatchOutcome) -> None:
-        for job_id, why in outcome.failed.items():
-            self.stderr.write(f"not {verb} {job_id}: {why}")
+        for line in failure_lines(verb, outcome):
+            self.stderr.write(line)
         if outcome.unreachable:
             raise CommandError(f"The fair store (Redis) cannot be reached: {outcome.unreachable}")
         if outcome.failed:

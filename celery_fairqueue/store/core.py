@@ -2,49 +2,58 @@
 
 Each script in ``scripts/`` gets ``scripts/_lib.lua`` prepended, and receives the global keys
 followed by the keys of the queues it works on (see keys.py), so it touches one hash-tag slot.
+Account ids and queue names go in and come out decoded; the store encodes them for Redis.
+Every Redis failure reaches callers as :class:`StoreUnavailableError` (see client.py).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import redis
-from kombu.utils.url import maybe_sanitize_url
-from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
+from celery import Celery
 
-from .errors import StoreUnavailableError
+from ..errors import DeadLetterNotFound
+from ..limits import AccountLimit
+from ..protocol import NO_JOB_KEY, event_fields, task_id_of
+from ..settings import FairqueueSettings, settings_for
+from .client import StoreClient, make_client, operation
 from .keys import Keys, QueueKeys, decode_id, encode_id
-from .limits import AccountLimit
-from .settings import FairqueueSettings
-
-logger = logging.getLogger(__name__)
 
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "extend", "reap", "trim_done",
-                "wake", "bury", "emit")
-NO_JOB_KEY = "-"
+                "wake", "bury", "emit", "take_dead", "restore_dead", "purge_dead")
 EVENTS_CHECK_SECONDS = 5.0
 
 
 def load_script_source(name: str) -> str:
-    folder = resources.files("celery_fairqueue") / "scripts"
+    folder = resources.files(__package__) / "scripts"
     return (folder / "_lib.lua").read_text() + "\n" + (folder / f"{name}.lua").read_text()
 
 
-def delivery_id(task_id: str, retries: int) -> str:
-    """The store's id of one delivery: Celery reuses the task id on retry, so add the count."""
-    return f"{task_id}:{retries}"
+def wire(value: Any) -> Any:
+    """A script argument as Redis can take it: a string with a lone surrogate (a file name
+    from ``os.fsdecode``, say) cannot be UTF-8 encoded, so it is kept with the surrogate
+    escaped instead of failing the whole call."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode()
+    return value
 
 
-def task_id_of(job_id: str) -> str:
-    return job_id.rsplit(":", 1)[0]
+def store_for(app: Celery) -> FairStore:
+    """The fair store of ``app``, created once per app (redis-py reconnects after fork)."""
+    store = getattr(app, "_fairqueue_store", None)
+    if store is None:
+        store = FairStore.from_settings(settings_for(app))
+        app._fairqueue_store = store
+    return store
 
 
 @dataclass(frozen=True)
@@ -56,8 +65,10 @@ class EnqueueResult:
     @classmethod
     def from_reply(cls, reply: Sequence[Any]) -> EnqueueResult:
         """From the enqueue script's reply: its status (0 stored already, 1 ready,
-        2 delayed) and the job id."""
+        2 delayed, 3 the dead letter it replays is gone) and the job id."""
         status, stored_id = reply
+        if status == 3:
+            raise DeadLetterNotFound("the dead letter was replayed or purged already")
         return cls(job_id=stored_id, created=status != 0, delayed=status == 2)
 
     @property
@@ -77,26 +88,13 @@ class ClaimedJob:
     job_id: str
     envelope: str
     deliveries: int
-    account: str  # encoded, as the store keeps it
-
-
-def make_client(url: str, socket_timeout: float = 10.0, retries: int = 6) -> redis.Redis:
-    """A Redis client that retries transient connection errors with backoff."""
-    return redis.Redis.from_url(
-        url,
-        decode_responses=True,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=min(5.0, socket_timeout),
-        health_check_interval=15,
-        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), retries),
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-    )
+    account: str
 
 
 class FairStore:
     """Enqueue, claim, settle, extend and reap fair jobs in one Redis."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, settings: FairqueueSettings) -> None:
+    def __init__(self, client: StoreClient, keys: Keys, settings: FairqueueSettings) -> None:
         self.client = client
         self.keys = keys
         self.settings = settings
@@ -122,15 +120,10 @@ class FairStore:
         keys.append(self.keys.events)
         return keys
 
-    def _unreachable(self, name: str, exc: Exception) -> StoreUnavailableError:
-        url = maybe_sanitize_url(self.settings.redis_url or "")
-        return StoreUnavailableError(f"fair store at {url} is unreachable during {name}: {exc}")
-
     def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any]) -> Any:
-        try:
-            return self._scripts[name](keys=self._keys_for(queues), args=list(args))
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise self._unreachable(name, exc) from exc
+        with operation(name):
+            return self._scripts[name](keys=self._keys_for(queues),
+                                       args=[wire(a) for a in args])
 
     def _run_many(self, name: str, calls: Iterable[tuple[Sequence[QueueKeys], Sequence[Any]]],
                   chunk: int) -> list[Any]:
@@ -139,32 +132,34 @@ class FairStore:
         script = self._scripts[name]
         results: list[Any] = []
         pipe = self.client.pipeline(transaction=False)
-        try:
+        with operation(name):
             for n, (queues, args) in enumerate(calls, 1):
-                script(keys=self._keys_for(queues), args=list(args), client=pipe)
+                script(keys=self._keys_for(queues), args=[wire(a) for a in args], client=pipe)
                 if n % chunk == 0:
                     results.extend(pipe.execute())
             results.extend(pipe.execute())
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise self._unreachable(name, exc) from exc
         return results
 
     # -- producer side -------------------------------------------------------------------------
 
     def _enqueue_args(self, *, queue: str, account: str, job_id: str, envelope: str,
                       due: float | None = None, job_key: str | None = None,
-                      dedupe: bool = True, task: str = "", shown_args: str = "") -> list[Any]:
+                      dedupe: bool = True, task: str = "", shown_args: str = "",
+                      replays: str = "") -> list[Any]:
         return [job_id, encode_id(account), encode_id(queue), envelope, due or 0,
                 job_key or NO_JOB_KEY, "1" if dedupe else "0", self.settings.job_retention, task,
-                shown_args]
+                shown_args, replays]
 
     def enqueue(self, *, queue: str, account: str, job_id: str, envelope: str,
                 due: float | None = None, job_key: str | None = None,
-                dedupe: bool = True, task: str = "", shown_args: str = "") -> EnqueueResult:
-        """Store a job; an existing delivery or pending/running/recently done key is reused."""
+                dedupe: bool = True, task: str = "", shown_args: str = "",
+                replays: str = "") -> EnqueueResult:
+        """Store a job; an existing delivery or pending/running/recently done key is reused.
+        ``replays`` names the dead letter this job replays: it leaves the dead-letter queue in
+        the same step, or :class:`DeadLetterNotFound` says someone else took it first."""
         args = self._enqueue_args(queue=queue, account=account, job_id=job_id,
                                   envelope=envelope, due=due, job_key=job_key, dedupe=dedupe,
-                                  task=task, shown_args=shown_args)
+                                  task=task, shown_args=shown_args, replays=replays)
         return EnqueueResult.from_reply(self._run("enqueue", [self.keys.queue(queue)], args))
 
     def enqueue_many(self, jobs: Iterable[dict[str, Any]], chunk: int = 1000
@@ -179,13 +174,10 @@ class FairStore:
     # -- worker side ---------------------------------------------------------------------------
 
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
-              first: int = 0) -> list[ClaimedJob]:
-        """Lease up to ``want`` jobs from ``queues``, rotating over accounts with capacity."""
-        return self.claim_with_due(queues, want, token, default_limit, first).jobs
-
-    def claim_with_due(self, queues: Sequence[str], want: int, token: str, default_limit: str,
-                       first: int = 0) -> Claim:
-        """:meth:`claim`, also saying when the next paused account or delayed job is due."""
+              first: int = 0) -> Claim:
+        """Lease up to ``want`` jobs from ``queues``, rotating over accounts with capacity; also
+        say when the next paused account or delayed job is due. ``first`` is the 0-based index
+        of the queue to look at first (workers rotate it so no queue starves)."""
         if want <= 0 or not queues:
             return Claim([], None)
         s = self.settings
@@ -196,7 +188,7 @@ class FairStore:
         next_due = float(flat[0])
         jobs = [ClaimedJob(queue=queues[int(flat[n]) - 1], job_id=flat[n + 1],
                            envelope=flat[n + 2], deliveries=int(flat[n + 3]),
-                           account=flat[n + 4])
+                           account=decode_id(flat[n + 4]))
                 for n in range(1, len(flat), 5)]
         return Claim(jobs, next_due if next_due >= 0 else None)
 
@@ -204,13 +196,6 @@ class FairStore:
         """The job ran (or handed over to its retry): release its lease and slot."""
         return bool(self._run("ack", [self.keys.queue(queue)],
                               [job_id, token, encode_id(account)]))
-
-    def ack_many(self, jobs: Iterable[ClaimedJob], token: str, chunk: int = 1000) -> list[bool]:
-        """:meth:`ack` for each claimed job, ``chunk`` a round trip, for callers that claim and
-        settle in bulk without a worker (the scale test)."""
-        calls = (([self.keys.queue(job.queue)], [job.job_id, token, job.account])
-                 for job in jobs)
-        return [bool(done) for done in self._run_many("ack", calls, chunk)]
 
     def requeue(self, queue: str, account: str, job_id: str, token: str) -> bool:
         """Give a leased job back to ready, in its FIFO place."""
@@ -222,10 +207,13 @@ class FairStore:
         return bool(self._run("reject", [self.keys.queue(queue)],
                               [job_id, token, encode_id(account), reason]))
 
-    def bury(self, job_id: str, record: dict[str, Any]) -> None:
-        """Keep a failed job as a dead letter; ``record`` says what it was and why it died."""
-        fields = {k: v for k, v in record.items() if v is not None}
-        self._run("bury", [], [job_id, json.dumps(fields, default=str)])
+    def bury(self, job_id: str, reason: str, job_key: str | None = None,
+             record: dict[str, Any] | None = None) -> None:
+        """Keep a failed job as a dead letter with ``reason``; ``record`` (task, account, args,
+        error, ...) is kept as JSON, as it is, and read back by DeadLetter."""
+        fields = {k: v for k, v in (record or {}).items() if v is not None}
+        self._run("bury", [], [job_id, reason, job_key or NO_JOB_KEY,
+                               json.dumps(fields, default=str) if fields else ""])
 
     def recording(self) -> bool:
         """Whether a recorder listens (the event stream exists); asked at most every 5 s."""
@@ -235,14 +223,12 @@ class FairStore:
             self._recording_checked = now
         return self._recording
 
-    def emit(self, **fields: Any) -> bool:
-        """Record a transition for the recorder; a no-op until a recorder created the stream."""
+    def emit(self, type: str, **fields: Any) -> bool:
+        """Record a task-side transition (see protocol.EventType) for the recorder; a no-op
+        until a recorder created the stream."""
         if not self.recording():
             return False
-        args: list[Any] = []
-        for name, value in fields.items():
-            args += [name, "" if value is None else value]
-        return bool(self._run("emit", [], args))
+        return bool(self._run("emit", [], event_fields(type, **fields)))
 
     # -- idempotency markers -------------------------------------------------------------------
 
@@ -261,11 +247,7 @@ class FairStore:
 
     def _set_marker(self, job_key: str, marker: dict[str, Any]) -> None:
         marker["at"] = time.time()
-        try:
-            self.client.hset(self.keys.markers, job_key, json.dumps(marker))
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise StoreUnavailableError(f"could not record the {marker['state']} marker of job "
-                                        f"{marker['job_id']}: {exc}") from exc
+        self.client.hset(self.keys.markers, job_key, json.dumps(marker))
 
     def extend(self, token: str, job_ids: Iterable[str]) -> list[str]:
         """Heartbeat: extend the leases this worker owns; returns the ids it lost."""
@@ -310,6 +292,11 @@ class FairStore:
         pipe.execute()
         self._wake(encoded)
 
+    def limits(self) -> Iterator[tuple[str, AccountLimit]]:
+        """Every account's own limit, as set (``set_account_limit`` or the admin)."""
+        for encoded, raw in self.client.hscan_iter(self.keys.limit_config, count=500):
+            yield decode_id(encoded), AccountLimit.from_json(raw)
+
     def get_limit(self, account: str) -> AccountLimit | None:
         raw = self.client.hget(self.keys.limit_config, encode_id(account))
         return AccountLimit.from_json(raw) if raw else None
@@ -318,10 +305,9 @@ class FairStore:
         """Recompute the window schedules of accounts that have one (they run a week ahead)."""
         now = self.server_time()
         refreshed = 0
-        for encoded, raw in self.client.hscan_iter(self.keys.limit_config, count=500):
-            limit = AccountLimit.from_json(raw)
+        for account, limit in self.limits():
             if limit.window:
-                self.client.hset(self.keys.limits, encoded, limit.pack(now))
+                self.client.hset(self.keys.limits, encode_id(account), limit.pack(now))
                 refreshed += 1
         return refreshed
 
@@ -330,6 +316,10 @@ class FairStore:
         self._run("wake", [self.keys.queue(q) for q in queues], [encoded_account])
 
     # -- inspection ----------------------------------------------------------------------------
+
+    def ping(self) -> None:
+        """Raise StoreUnavailableError unless Redis answers."""
+        self.client.ping()
 
     def instance(self) -> str:
         """The store's instance id, created on first use; a new one means the data was lost."""

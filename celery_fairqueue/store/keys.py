@@ -1,39 +1,21 @@
-"""The Redis key layout of the fair store, and the encoding of ids inside it.
+"""The Redis key layout of the fair store.
 
 Every key shares one hash tag, so each Lua script touches a single Redis Cluster slot, and every
 key a script touches is built here and passed in ``KEYS``. Per-account state lives in hash fields
 and sorted-set members rather than in per-account keys, which keeps the key set fixed. Account
 ids and queue names are percent-encoded before they reach Redis: the encoded form uses only
 ``[A-Za-z0-9_.~%-]``, so it can never contain the ``|`` and space separators the scripts split on,
-a brace that would change the hash tag, or a newline.
+a brace that would change the hash tag, or a newline (see protocol.encode_id).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from urllib.parse import quote, unquote
 
-MAX_ID_LENGTH = 4096
+from ..protocol import MAX_ID_LENGTH, decode_id, encode_id
 
-
-def encode_id(value: str) -> str:
-    """Encode an account id or queue name for use inside the store."""
-    if not isinstance(value, str):
-        raise TypeError(f"expected a str id, got {type(value).__name__}")
-    if not value:
-        raise ValueError("an account id or queue name cannot be empty")
-    if len(value) > MAX_ID_LENGTH:
-        raise ValueError(f"id of {len(value)} characters is over the {MAX_ID_LENGTH} allowed")
-    return quote(value, safe="")
-
-
-def decode_id(encoded: str | bytes) -> str:
-    """Invert :func:`encode_id`."""
-    if isinstance(encoded, bytes):
-        encoded = encoded.decode("ascii")
-    return unquote(encoded)
-
+__all__ = ["MAX_ID_LENGTH", "Keys", "QueueKeys", "decode_id", "encode_id"]
 
 QUEUE_KEY_NAMES = ("ring", "state", "ready", "nready", "paused", "delayed", "running")
 

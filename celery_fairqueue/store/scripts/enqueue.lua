@@ -3,8 +3,11 @@
 -- ARGV: [1] job_id (task id ":" retries), [2] account, [3] queue (both encoded),
 --       [4] envelope (JSON message), [5] due time (epoch seconds, 0 = now), [6] business job key
 --       or "-", [7] "1" to dedupe on the business key, [8] done-key retention in seconds,
---       [9] task name and [10] redacted arguments (JSON), for the event only.
--- Returns {status, job_id}: status 1 ready, 2 delayed, 0 already stored (job_id is the existing one).
+--       [9] task name and [10] redacted arguments (JSON), for the event only, [11] the id of the
+--       dead letter this job replays, or "": the letter leaves the dead-letter queue with the
+--       store of its replay, in one step.
+-- Returns {status, job_id}: status 1 ready, 2 delayed, 0 already stored (job_id is the existing
+-- one), 3 the dead letter to replay is gone (replayed or purged already): nothing stored.
 local job_id, account, queue, envelope = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local due, job_key, dedupe, retention = tonumber(ARGV[5]), ARGV[6], ARGV[7], tonumber(ARGV[8])
 local qk = queue_keys(1)
@@ -12,6 +15,14 @@ local now = now_seconds()
 
 if redis.call('HEXISTS', K_META, job_id) == 1 then
   return {0, job_id}
+end
+local replays = ARGV[11] or ''
+if replays ~= '' then
+  if redis.call('HDEL', K_DEAD, replays) == 0 then
+    return {3, ''}
+  end
+  redis.call('ZREM', K_DEADINDEX, replays)
+  redis.call('HINCRBY', K_STATS, 'replayed', 1)
 end
 if job_key ~= '-' then
   local existing = redis.call('HGET', K_JOBKEYS, job_key)

@@ -12,9 +12,9 @@ from typing import Literal
 
 from celery import Celery
 
+from ..limits import AccountLimit
+from .core import store_for
 from .keys import QueueKeys, decode_id, encode_id
-from .limits import AccountLimit
-from .publish import get_store
 
 #: Most hash fields one answer reads from a per-account hash.
 SCAN_LIMIT = 10_000
@@ -73,7 +73,7 @@ class StoreInspector:
     """Answers the operator's questions about one app's fair store."""
 
     def __init__(self, app: Celery) -> None:
-        self.store = get_store(app)
+        self.store = store_for(app)
         self.client = self.store.client
         self.keys = self.store.keys
 

@@ -99,16 +99,20 @@ local function free_job_key(job_key, job_id)
   end
 end
 
--- Store a dead letter (a JSON object) with the job's message, if the store still has it.
-local function store_dead(job_id, record, now)
-  emit('e', 'dead', 'job', job_id, 'at', now, 'reason', record.reason or '')
-  record.job_id = job_id
-  record.at = now
-  record.envelope = redis.call('HGET', K_JOBS, job_id) or record.envelope or ''
-  record.meta = redis.call('HGET', K_META, job_id) or ''
-  record.deliveries = hget_number(K_DELIVERIES, job_id)
+-- Store a dead letter: a JSON object whose Lua-made fields are plain numbers and strings, and
+-- whose message ("envelope") and the worker's record ("record", JSON made by Python) are kept as
+-- opaque strings, byte for byte: re-encoding them with cjson would corrupt big integers, floats,
+-- empty lists and escapes.
+local function store_dead(job_id, reason, record, now)
+  emit('e', 'dead', 'job', job_id, 'at', now, 'reason', reason)
+  local letter = cjson.encode({
+    job_id = job_id, at = now, reason = reason, record = record or '',
+    envelope = redis.call('HGET', K_JOBS, job_id) or '',
+    meta = redis.call('HGET', K_META, job_id) or '',
+    deliveries = hget_number(K_DELIVERIES, job_id),
+  })
   -- a job buried again (its worker died before the ack, and it failed again) counts once
-  if redis.call('HSET', K_DEAD, job_id, cjson.encode(record)) == 1 then
+  if redis.call('HSET', K_DEAD, job_id, letter) == 1 then
     redis.call('HINCRBY', K_STATS, 'dead', 1)
   end
   redis.call('ZADD', K_DEADINDEX, now, job_id)
@@ -117,7 +121,7 @@ end
 -- Keep the message with its reason, and forget the job.
 local function dead_letter(job_id, reason, now)
   local meta = redis.call('HGET', K_META, job_id)
-  store_dead(job_id, {reason = reason}, now)
+  store_dead(job_id, reason, nil, now)
   if meta then
     local _, _, _, job_key = split_meta(meta)
     free_job_key(job_key, job_id)

@@ -1,0 +1,219 @@
+"""The wire vocabulary: message headers, delivery ids and the events of the event stream.
+
+Everything that two sides must spell alike lives here: the publish path and the worker (headers),
+the store and the recorder (delivery ids, event fields), the Lua scripts and the Python side of
+the event stream (event types and field names). Nothing here talks to Redis.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote
+
+#: Longest account id or queue name the store accepts (and the Job table holds).
+MAX_ID_LENGTH = 4096
+
+#: Header holding a fair job's account (Celery puts it on ``task.request``).
+ACCOUNT_HEADER = "fairqueue_account"
+#: Header holding a job's business key; ``task.request.job_key`` mirrors it while the task runs.
+JOB_KEY_HEADER = "fairqueue_job_key"
+#: The key header's name before it had the prefix: messages stored then are still read.
+LEGACY_JOB_KEY_HEADER = "job_key"
+#: Header holding when a job first failed, kept across its retries for the dead letter.
+FIRST_FAILURE_HEADER = "fairqueue_first_failure"
+#: What the store and its events hold where a job has no business key.
+NO_JOB_KEY = "-"
+
+# Set by the publish path: the job that an apply_async in this context actually stored or reused.
+last_enqueued_task_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "fairqueue_last_enqueued_task_id", default=None)
+
+
+def encode_id(value: str) -> str:
+    """Percent-encode an account id or queue name for the store and its events.
+
+    The encoded form uses only ``[A-Za-z0-9_.~%-]``: never the ``|`` and space separators the
+    scripts split on, a brace that would change the hash tag, or a newline.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"expected a str id, got {type(value).__name__}")
+    if not value:
+        raise ValueError("an account id or queue name cannot be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise ValueError(f"id of {len(value)} characters is over the {MAX_ID_LENGTH} allowed")
+    return quote(value, safe="")
+
+
+def decode_id(encoded: str | bytes) -> str:
+    """Invert :func:`encode_id`."""
+    if isinstance(encoded, bytes):
+        encoded = encoded.decode("ascii")
+    return unquote(encoded)
+
+
+def job_key_of(headers: Mapping[str, Any] | Any) -> str | None:
+    """The business key in a message's headers (a mapping) or a task request (attributes)."""
+    get = headers.get if isinstance(headers, Mapping) else (
+        lambda name: getattr(headers, name, None))
+    return get(JOB_KEY_HEADER) or get(LEGACY_JOB_KEY_HEADER) or None
+
+
+def delivery_id(task_id: str, retries: int) -> str:
+    """The store's id of one delivery: Celery reuses the task id on retry, so add the count."""
+    return f"{task_id}:{retries}"
+
+
+def parse_delivery_id(job_id: str) -> tuple[str, int]:
+    """``(task id, retries)`` of a delivery id; a bare task id is its first delivery."""
+    task_id, _, retries = job_id.rpartition(":")
+    if not task_id or not retries.removeprefix("-").isdigit():
+        return job_id, 0
+    return task_id, int(retries)
+
+
+def task_id_of(job_id: str) -> str:
+    """The Celery task id of a delivery id (or of a bare task id, which it returns)."""
+    return parse_delivery_id(job_id)[0]
+
+
+def is_fair(task: Any) -> bool:
+    """Whether ``task`` is fair-queued (a FairTask), without importing the task classes."""
+    return getattr(task, "fair_queued", False) is True
+
+
+# -- the event stream ---------------------------------------------------------------------------
+
+class EventType:
+    """The transitions in the event stream. The store's scripts write the first group, the task
+    the second; the recorder applies both."""
+
+    ENQUEUED = "enqueued"
+    PROMOTED = "promoted"  # a delayed job became ready
+    RUNNING = "running"
+    REQUEUED = "requeued"
+    ACKED = "acked"
+    DEAD = "dead"
+    ACCOUNT_DEFERRED = "account_deferred"
+    ACCOUNT_READY = "account_ready"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RETRYING = "retrying"
+
+
+#: Field names of an event, as the scripts write them (short: the stream holds millions).
+EVENT_FIELDS = {
+    "type": "e",  # the event type
+    "job": "job",  # delivery id (job events)
+    "queue": "q",  # queue, percent-encoded (enqueued and account events)
+    "account": "a",  # account, percent-encoded (enqueued and account events)
+    "job_key": "k",  # business key or NO_JOB_KEY (enqueued)
+    "task": "t",  # task name (enqueued)
+    "args": "args",  # the arguments by name, redacted, as JSON (enqueued)
+    "at": "at",  # when, in Redis server time (epoch seconds)
+    "due": "due",  # when the job (or the account's jobs) will be ready
+    "reason": "reason",  # why (dead, failed, retrying, a reaped requeued)
+    "error": "err",  # the exception, "Type: message" (failed, retrying)
+    "external_id": "ext",  # the external id recorded with the done marker (succeeded)
+    "worker": "worker",  # the worker's lease token (running)
+}
+
+
+def event_fields(type: str, **fields: Any) -> list[str]:
+    """The flat ``[name, value, ...]`` list of one task-side event, None values left out.
+
+    The store's ``emit`` script adds ``at`` in server time.
+    """
+    flat = [EVENT_FIELDS["type"], type]
+    for name, value in fields.items():
+        if value is not None:
+            flat += [EVENT_FIELDS[name], str(value)]
+    return flat
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Event:
+    """One entry of the event stream, read with typed accessors."""
+
+    id: str
+    type: str
+    fields: dict[str, str]
+
+    @classmethod
+    def from_entry(cls, entry_id: str, fields: dict[str, str]) -> Event:
+        return cls(id=entry_id, type=fields.get(EVENT_FIELDS["type"], ""), fields=fields)
+
+    def _text(self, name: str) -> str:
+        return self.fields.get(EVENT_FIELDS[name]) or ""
+
+    @property
+    def job_id(self) -> str | None:
+        return self._text("job") or None
+
+    @property
+    def task_id(self) -> str | None:
+        return task_id_of(self.job_id) if self.job_id else None
+
+    @property
+    def retries(self) -> int:
+        """0 for the first delivery of a job, 1 for its first retry, ..."""
+        return parse_delivery_id(self.job_id)[1] if self.job_id else 0
+
+    @property
+    def attempt(self) -> int:
+        """1 for the first delivery of a job, 2 for its first retry, ..."""
+        return self.retries + 1 if self.job_id else 0
+
+    @property
+    def at(self) -> float:
+        return _number(self._text("at")) or 0.0
+
+    @property
+    def due(self) -> float | None:
+        return _number(self._text("due"))
+
+    @property
+    def queue(self) -> str | None:
+        return decode_id(self._text("queue")) or None
+
+    @property
+    def account(self) -> str | None:
+        return decode_id(self._text("account")) or None
+
+    @property
+    def job_key(self) -> str | None:
+        key = self._text("job_key")
+        return key if key and key != NO_JOB_KEY else None
+
+    @property
+    def task(self) -> str:
+        return self._text("task")
+
+    @property
+    def args(self) -> str:
+        return self._text("args")
+
+    @property
+    def reason(self) -> str:
+        return self._text("reason")
+
+    @property
+    def error(self) -> str:
+        return self._text("error")
+
+    @property
+    def external_id(self) -> str:
+        return self._text("external_id")
+
+    @property
+    def worker(self) -> str:
+        return self._text("worker")

@@ -1,0 +1,34 @@
+"""The fair store: the one door to Redis.
+
+Nothing outside this package talks to Redis or sees a redis-py exception: every failure arrives
+as :class:`~celery_fairqueue.errors.StoreUnavailableError` (``StoreFullError`` for OOM), and
+account ids go in and come out decoded.
+"""
+
+from .core import Claim, ClaimedJob, EnqueueResult, FairStore, store_for
+from .dead_letters import DeadLetter, DeadLetterNotFound, DeadLetters
+from .events import RECORDER_GROUP, EventReader, Leadership
+from .keys import Keys, QueueKeys
+from .views import AccountPage, AccountRow, PausedAccount, QueueStatus, StoreInspector, StoreStatus
+
+__all__ = [
+    "RECORDER_GROUP",
+    "AccountPage",
+    "AccountRow",
+    "Claim",
+    "ClaimedJob",
+    "DeadLetter",
+    "DeadLetterNotFound",
+    "DeadLetters",
+    "EnqueueResult",
+    "EventReader",
+    "FairStore",
+    "Keys",
+    "Leadership",
+    "PausedAccount",
+    "QueueKeys",
+    "QueueStatus",
+    "StoreInspector",
+    "StoreStatus",
+    "store_for",
+]

@@ -1,0 +1,199 @@
+"""The dead-letter queue: jobs that failed for good, with why, kept to be listed and replayed.
+
+A dead letter is written by the worker when a job's failure is permanent or its attempts are
+used up, and by the fair store when a job cannot be run at all (malformed, unknown task, poison).
+The job's message and the worker's record are kept as they were sent, so a replay sends exactly
+the same task, arguments and business key, as a new job with its attempts starting from one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import Celery
+from celery.result import AsyncResult
+
+from ..envelope import Envelope, MalformedEnvelopeError
+from ..errors import DeadLetterNotFound, FairqueueError
+from ..protocol import ACCOUNT_HEADER, NO_JOB_KEY, is_fair, job_key_of
+from ..redaction import redact_arguments
+from .core import FairStore, store_for
+from .keys import decode_id
+
+__all__ = ["DeadLetter", "DeadLetterNotFound", "DeadLetters"]
+
+PAGE = 500  # dead letters read per round trip
+
+
+@dataclass
+class DeadLetter:
+    job_id: str
+    reason: str
+    at: float
+    task: str | None = None
+    account: str | None = None
+    job_key: str | None = None
+    queue: str | None = None
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    attempts: int = 0
+    deliveries: int = 0
+    error: str | None = None
+    traceback: str | None = None
+    first_failure: float | None = None
+    envelope: str = ""
+    raw: str = field(default="", repr=False)  # as the store holds it, to put it back
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> DeadLetter:
+        """Read a dead letter; fill gaps from the kept message. Letters written before the
+        record was kept opaque hold its fields at the top level, and are read too."""
+        data = json.loads(raw)
+        record = data
+        if isinstance(data.get("record"), str) and data["record"]:
+            record = json.loads(data["record"])
+        letter = cls(job_id=data["job_id"], reason=data.get("reason") or
+                     record.get("reason") or "unknown", at=float(data.get("at", 0)),
+                     raw=raw if isinstance(raw, str) else raw.decode())
+        for name in ("task", "account", "job_key", "queue", "error", "traceback"):
+            if isinstance(record.get(name), str):
+                setattr(letter, name, record[name])
+        # the store's copy of the message, or the one a worker kept (a broker message)
+        for holder in (data, record):
+            if isinstance(holder.get("envelope"), str) and not letter.envelope:
+                letter.envelope = holder["envelope"]
+        letter.attempts = int(record.get("attempts") or 0)
+        letter.deliveries = int(data.get("deliveries") or 0)
+        if record.get("first_failure"):
+            letter.first_failure = float(record["first_failure"])
+        if isinstance(record.get("args"), list):
+            letter.args = record["args"]
+        if isinstance(record.get("kwargs"), dict):
+            letter.kwargs = record["kwargs"]
+        meta = data.get("meta") or ""
+        if meta and letter.queue is None:
+            letter.queue = decode_id(meta.split(" ")[0])
+        if letter.envelope:
+            letter._fill_from_envelope()
+        return letter
+
+    def _fill_from_envelope(self) -> None:
+        try:
+            envelope = Envelope.from_json(self.envelope)
+            body = json.loads(envelope.body)
+        except (MalformedEnvelopeError, ValueError):
+            return  # a malformed message: kept as it is, nothing to read from it
+        self.task = self.task or envelope.task_name
+        self.account = self.account or envelope.headers.get(ACCOUNT_HEADER)
+        self.job_key = self.job_key or job_key_of(envelope.headers)
+        if isinstance(body, list) and len(body) >= 2:
+            # the message as it was sent wins: the worker's record went through its pool
+            self.args = body[0] if isinstance(body[0], list) else self.args
+            self.kwargs = body[1] if isinstance(body[1], dict) else self.kwargs
+
+    @property
+    def replayable(self) -> bool:
+        return self.task is not None
+
+    def redacted(self, fields: Iterable[str]) -> dict[str, Any]:
+        """What support may see: the named keyword arguments (and dict keys) masked."""
+        return redact_arguments(self.args, self.kwargs, fields)
+
+
+class DeadLetters:
+    """List, show, replay and purge the dead letters of an app's fair store."""
+
+    def __init__(self, app: Celery, store: FairStore | None = None) -> None:
+        self.app = app
+        self.store = store or store_for(app)
+        self.client = self.store.client
+        self.keys = self.store.keys
+
+    def count(self, older_than: float | None = None) -> int:
+        """How many there are; with ``older_than`` (epoch seconds), how many died before."""
+        if older_than is None:
+            return int(self.client.zcard(self.keys.dead_index))
+        return int(self.client.zcount(self.keys.dead_index, "-inf", older_than))
+
+    def ids(self, older_than: float | None = None) -> list[str]:
+        """Ids of all dead letters, or of those that died before ``older_than``."""
+        return list(self.client.zrangebyscore(  # type: ignore[arg-type]
+            self.keys.dead_index, "-inf", "+inf" if older_than is None else older_than))
+
+    def list(self, *, account: str | None = None, task: str | None = None,
+             reason: str | None = None, since: float | None = None, until: float | None = None,
+             limit: int = 100) -> list[DeadLetter]:
+        """Newest first; ``reason`` matches a part of the reason, case-insensitively."""
+        found: list[DeadLetter] = []
+        start = 0
+        while True:
+            chunk: list[str] = self.client.zrevrangebyscore(  # type: ignore[assignment]
+                self.keys.dead_index, "+inf" if until is None else until,
+                "-inf" if since is None else since, start=start, num=PAGE)
+            if not chunk:
+                return found
+            start += PAGE
+            for raw in self.client.hmget(self.keys.dead, chunk):
+                if raw is None:
+                    continue
+                letter = DeadLetter.from_json(raw)
+                if account is not None and letter.account != account:
+                    continue
+                if task is not None and letter.task != task:
+                    continue
+                if reason is not None and reason.lower() not in letter.reason.lower():
+                    continue
+                found.append(letter)
+                if len(found) >= limit:
+                    return found
+
+    def get(self, job_id: str) -> DeadLetter:
+        raw = self.client.hget(self.keys.dead, job_id)
+        if raw is None:
+            raise DeadLetterNotFound(f"no dead letter {job_id!r}")
+        return DeadLetter.from_json(raw)
+
+    def replay(self, job_id: str) -> AsyncResult:
+        """Run a dead job again, as a new job with the same task, arguments and business key.
+
+        A fair job's letter leaves the queue in the same script that stores its replay, so two
+        replays at once (or a replay and a purge) run it once, and a failed send keeps it. Other
+        tasks go through the broker: their letter is taken first and put back if sending fails.
+        """
+        letter = self.get(job_id)
+        if not letter.replayable:
+            raise FairqueueError(f"dead letter {job_id!r} has no readable task to replay: "
+                                 f"{letter.reason}")
+        options: dict[str, Any] = {"queue": letter.queue} if letter.queue else {}
+        if is_fair(self.app.tasks.get(letter.task)):
+            if letter.account is not None:
+                options["account"] = letter.account
+            return self.app.send_task(letter.task, args=letter.args, kwargs=letter.kwargs,
+                                      fairqueue_replays=job_id, **options)
+        [taken] = self.store._run("take_dead", [], [job_id])
+        if not taken:
+            raise DeadLetterNotFound(f"no dead letter {job_id!r} (replayed or purged already)")
+        try:
+            result = self.app.send_task(letter.task, args=letter.args, kwargs=letter.kwargs,
+                                        **options)
+        except BaseException:
+            self.store._run("restore_dead", [], [job_id, taken, letter.at])
+            raise
+        self.client.hincrby(self.keys.stats, "replayed", 1)
+        return result
+
+    def purge(self, job_ids: Sequence[str] | None = None, *,
+              older_than: float | None = None) -> int:
+        """Delete the given dead letters, or those that died before ``older_than``, with the
+        idempotency markers their own jobs wrote (not those of a newer job of the same key)."""
+        ids = list(job_ids) if job_ids is not None else self.ids(older_than)
+        purged = 0
+        for start in range(0, len(ids), PAGE):
+            chunk = ids[start:start + PAGE]
+            keys = [(DeadLetter.from_json(raw).job_key if raw else None) or NO_JOB_KEY
+                    for raw in self.client.hmget(self.keys.dead, chunk)]
+            purged += int(self.store._run("purge_dead", [], [len(chunk), *chunk, *keys]))
+        return purged

@@ -1,0 +1,96 @@
+"""The architecture, checked: the store is the one door to Redis, at the bottom of the import
+graph; no import circles; small modules; one event vocabulary for Lua and Python."""
+
+import ast
+import re
+from pathlib import Path
+
+import celery_fairqueue
+from celery_fairqueue.protocol import EVENT_FIELDS, EventType
+
+PACKAGE = Path(celery_fairqueue.__file__).parent
+MAX_LINES = 450
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """Package modules that ``name`` imports at module level (TYPE_CHECKING blocks aside)."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            module = ".".join([*base, node.module or ""]).strip(".") if node.level else (
+                node.module or "")
+            found |= {m for m in [module, *(f"{module}.{a.name}" for a in node.names)]
+                      if m in known}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in known}
+    return found - {name}
+
+
+def test_only_the_store_imports_redis():
+    offenders = []
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                     else [])
+            if any(n == "redis" or n.startswith("redis.") for n in names) and \
+                    not name.startswith("celery_fairqueue.store"):
+                offenders.append(name)
+    assert offenders == []
+
+
+def test_no_import_circles_and_the_store_is_at_the_bottom():
+    known = modules()
+    graph = {name: imports_of(name, path, known) for name, path in known.items()}
+
+    def is_package_edge(a: str, b: str) -> bool:  # a package re-exporting its own modules
+        return b.startswith(a + ".")
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [d for d in graph[start] if not is_package_edge(start, d)]
+        while todo:
+            node = todo.pop()
+            if node == goal:
+                return True
+            if node not in seen:
+                seen.add(node)
+                todo += [d for d in graph[node] if not is_package_edge(node, d)]
+        return False
+
+    circles = sorted(name for name in graph if reaches(name, name))
+    assert circles == []
+    above = {"task", "publish", "install", "cli", "reports", "worker", "metrics", "beat",
+             "contrib"}
+    store_imports = {d for n, deps in graph.items() if n.startswith("celery_fairqueue.store")
+                     for d in deps if not d.startswith("celery_fairqueue.store")}
+    assert not {d for d in store_imports if d.split(".")[1] in above}
+
+
+def test_no_module_is_over_450_lines():
+    long = {name: n for name, path in modules().items()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_lua_and_python_write_the_same_event_vocabulary():
+    names = set(EVENT_FIELDS.values())
+    types = {v for k, v in vars(EventType).items() if k.isupper()}
+    for script in (PACKAGE / "store" / "scripts").glob("*.lua"):
+        for call in re.findall(r"emit\(([^)]*)\)", script.read_text()):
+            words = re.findall(r"'([a-z_]+)'", call)
+            fields, values = words[0::2], words[1::2]
+            assert set(fields) <= names, (script.name, call)
+            if fields and fields[0] == "e":
+                assert values[0] in types, (script.name, call)
