@@ -9,6 +9,7 @@ Every Redis failure reaches callers as :class:`StoreUnavailableError` (see clien
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -316,6 +317,13 @@ class FairStore:
         self._run("wake", [self.keys.queue(q) for q in queues], [encoded_account])
 
     # -- inspection ----------------------------------------------------------------------------
+
+    def clear(self) -> int:
+        """Delete every key of this store (those under its prefix), for test suites and for
+        decommissioning a store; returns how many were deleted."""
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self.keys.tag) + ":*"
+        keys = list(self.client.scan_iter(match=pattern, count=1000))
+        return sum(int(self.client.delete(*keys[n:n + 500])) for n in range(0, len(keys), 500))
 
     def ping(self) -> None:
         """Raise StoreUnavailableError unless Redis answers."""
