@@ -1,10 +1,13 @@
 """Fair, rate-limited, idempotent multi-tenant jobs for Celery."""
 
 from .errors import (
+    BacklogFullError,
     ConfigurationError,
     DeadLetterNotFound,
     EnqueueError,
     FairqueueError,
+    InvalidAccountError,
+    InvalidJobKeyError,
     InvalidLimitError,
     MissingAccountError,
     PayloadTooLargeError,
@@ -22,6 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AccountLimit",
+    "BacklogFullError",
     "ConfigurationError",
     "DeadLetter",
     "DeadLetterNotFound",
@@ -29,6 +33,8 @@ __all__ = [
     "EnqueueError",
     "FairTask",
     "FairqueueError",
+    "InvalidAccountError",
+    "InvalidJobKeyError",
     "InvalidLimitError",
     "MissingAccountError",
     "PayloadTooLargeError",

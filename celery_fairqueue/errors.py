@@ -25,6 +25,19 @@ class MissingAccountError(EnqueueError, ValueError):
     """A fair task was enqueued without an account."""
 
 
+class InvalidAccountError(EnqueueError, ValueError):
+    """A job's account id cannot be stored: over the store's maximum length."""
+
+
+class InvalidJobKeyError(EnqueueError, ValueError):
+    """An explicit ``job_key=`` is empty, too long or not a str or int."""
+
+
+class BacklogFullError(EnqueueError):
+    """The account (``fairqueue_max_pending_per_account``) or the whole store
+    (``fairqueue_max_pending``) holds as many jobs as allowed; nothing was enqueued."""
+
+
 class SerializationError(EnqueueError, TypeError):
     """A job's arguments cannot be serialized as JSON."""
 

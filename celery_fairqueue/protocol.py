@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
-#: Longest account id or queue name the store accepts (and the Job table holds).
-MAX_ID_LENGTH = 4096
+#: Longest account id or queue name the store accepts, in UTF-8 bytes: the Job table's account
+#: column holds it whole, and its index entries stay under PostgreSQL's btree limit.
+MAX_ID_LENGTH = 1024
 
 #: Header holding a fair job's account (Celery puts it on ``task.request``).
 ACCOUNT_HEADER = "fairqueue_account"
@@ -24,6 +25,9 @@ JOB_KEY_HEADER = "fairqueue_job_key"
 LEGACY_JOB_KEY_HEADER = "job_key"
 #: Header holding when a job first failed, kept across its retries for the dead letter.
 FIRST_FAILURE_HEADER = "fairqueue_first_failure"
+#: ``apply_async`` option carrying a job's business key as stored (a retry's, a replay's), used
+#: as it is; a user's ``job_key=`` option is scoped by task and account first.
+STORED_JOB_KEY_OPTION = "fairqueue_job_key"
 #: What the store and its events hold where a job has no business key.
 NO_JOB_KEY = "-"
 
@@ -42,16 +46,18 @@ def encode_id(value: str) -> str:
         raise TypeError(f"expected a str id, got {type(value).__name__}")
     if not value:
         raise ValueError("an account id or queue name cannot be empty")
-    if len(value) > MAX_ID_LENGTH:
-        raise ValueError(f"id of {len(value)} characters is over the {MAX_ID_LENGTH} allowed")
-    return quote(value, safe="")
+    # a lone surrogate (os.fsdecode of a non-UTF-8 name) is kept, not refused: surrogatepass
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_ID_LENGTH:
+        raise ValueError(f"id of {size} bytes is over the {MAX_ID_LENGTH} allowed")
+    return quote(value, safe="", errors="surrogatepass")
 
 
 def decode_id(encoded: str | bytes) -> str:
     """Invert :func:`encode_id`."""
     if isinstance(encoded, bytes):
         encoded = encoded.decode("ascii")
-    return unquote(encoded)
+    return unquote(encoded, errors="surrogatepass")
 
 
 def job_key_of(headers: Mapping[str, Any] | Any) -> str | None:
@@ -192,7 +198,7 @@ class Event:
     @property
     def job_key(self) -> str | None:
         key = self._text("job_key")
-        return key if key and key != NO_JOB_KEY else None
+        return decode_id(key) if key and key != NO_JOB_KEY else None
 
     @property
     def task(self) -> str:

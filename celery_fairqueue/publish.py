@@ -98,8 +98,7 @@ def publish_fair(app: Celery, task: FairTask, producer: Any, message: Any,
     args, kwargs, _embed = body
     data = serialize_body(task.name, body)
     account = task.resolve_account(args, kwargs, options.pop("account", None))
-    # an explicit key (beat's occurrence key, a retry's own) wins over the task's job_key spec
-    job_key = options.pop("job_key", None) or task.business_key(account, args, kwargs)
+    job_key = task.job_key_for(account, args, kwargs, options)
     headers[ACCOUNT_HEADER] = account
     headers[JOB_KEY_HEADER] = job_key
     headers.pop(LEGACY_JOB_KEY_HEADER, None)

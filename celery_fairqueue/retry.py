@@ -9,6 +9,7 @@ or an HTTP date, on the exception or the response headers) wins over it.
 
 from __future__ import annotations
 
+import math
 import random
 import socket
 import time
@@ -66,20 +67,28 @@ def _headers(exc: BaseException) -> Any:
 
 def parse_retry_after(value: Any, now: float) -> float | None:
     """Seconds to wait from a ``Retry-After`` value: a number of seconds or an HTTP date."""
-    if value is None:
+    if value is None or isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return max(0.0, float(value))
+    if isinstance(value, int):
+        return _seconds(float(min(value, 2**53)))
+    if isinstance(value, float):
+        return _seconds(value)
     text = str(value).strip()
     try:
-        return max(0.0, float(text))
-    except ValueError:
+        return _seconds(float(text))
+    except (ValueError, OverflowError):
         pass
     try:
         when = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):
         return None
     return max(0.0, when.timestamp() - now)
+
+
+def _seconds(value: float) -> float | None:
+    """A wait in seconds: never negative; NaN means nothing (the backoff applies). An infinite
+    or huge one stays as it is here: the task cuts it to ``fairqueue_max_retry_delay``."""
+    return None if math.isnan(value) else max(0.0, value)
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -42,6 +42,17 @@ class FairqueueSettings:
         86400.0, "Seconds a finished job's business key still dedupes new enqueues.")
     max_payload_bytes: int = _setting(
         256 * 1024, "Largest serialized message a fair job may have.")
+    enqueue_timeout: float = _setting(
+        5.0, "Most seconds a producer's call to the store takes, retries included, before it "
+        "raises StoreUnavailableError (the job may then have been stored: see the guide).")
+    max_pending_per_account: int = _setting(
+        1_000_000, "Most jobs one account may have in the store (ready, delayed, running); "
+        "an enqueue past it raises BacklogFullError. 0: no bound.")
+    max_pending: int = _setting(
+        0, "Most jobs the whole store may hold; an enqueue past it raises BacklogFullError. "
+        "0: no bound.")
+    max_retry_delay: float = _setting(
+        86400.0, "Longest wait before a retry: a longer Retry-After or backoff is cut to it.")
     default_rate: str | None = _setting(None, "Rate of accounts without their own limit.")
     default_burst: float | None = _setting(None, "Burst of accounts without their own limit.")
     default_concurrency: int | None = _setting(
@@ -72,13 +83,16 @@ class FairqueueSettings:
 
     def validate(self) -> None:
         for name in ("lease_seconds", "heartbeat_interval", "reap_interval", "poll_interval",
-                     "job_retention"):
-            if getattr(self, name) <= 0:
-                raise ConfigurationError(f"fairqueue_{name} must be positive")
+                     "job_retention", "enqueue_timeout", "max_retry_delay"):
+            if not getattr(self, name) > 0 or getattr(self, name) == float("inf"):
+                raise ConfigurationError(f"fairqueue_{name} must be positive and finite")
         for name in ("claim_batch", "promote_batch", "max_skips", "max_deliveries",
                      "max_payload_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"fairqueue_{name} must be at least 1")
+        for name in ("max_pending_per_account", "max_pending"):
+            if getattr(self, name) < 0:
+                raise ConfigurationError(f"fairqueue_{name} must be 0 (no bound) or more")
         if self.heartbeat_interval * 2 > self.lease_seconds:
             raise ConfigurationError(
                 f"fairqueue_heartbeat_interval ({self.heartbeat_interval}) must be at most half "

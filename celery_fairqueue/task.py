@@ -6,9 +6,10 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import math
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -16,20 +17,30 @@ from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 from celery.result import AsyncResult
 
-from .errors import ConfigurationError, MissingAccountError
-from .idempotency import JobKeySpec, bound_arguments, compute_job_key
+from .errors import (
+    ConfigurationError,
+    InvalidAccountError,
+    InvalidJobKeyError,
+    MissingAccountError,
+    StoreUnavailableError,
+)
+from .idempotency import JobKeySpec, bound_arguments, compute_job_key, hash_identity
 from .protocol import (
     ACCOUNT_HEADER,
     FIRST_FAILURE_HEADER,
     JOB_KEY_HEADER,
+    MAX_ID_LENGTH,
+    STORED_JOB_KEY_OPTION,
     EventType,
     delivery_id,
+    encode_id,
     is_fair,
     job_key_of,
     last_enqueued_task_id,
 )
 from .redaction import masked_reprs
 from .retry import RetryPolicy
+from .settings import settings_for
 from .store import FairStore, store_for
 
 logger = logging.getLogger(__name__)
@@ -91,6 +102,26 @@ class ReliableTask(Task):
         return compute_job_key(self.name, account or "", self.job_key_spec(), self.run, args,
                                kwargs)
 
+    def job_key_for(self, account: str | None, args: Sequence[Any], kwargs: dict[str, Any],
+                    options: dict[str, Any]) -> str | None:
+        """The business key of a job about to be sent, taking its options out of ``options``:
+        a stored key (a retry's, a replay's) as it is; an explicit ``job_key=`` (beat's
+        occurrence key, a caller's own) scoped by task and account, as derived keys are, so
+        two tenants' equal keys never meet; else the key the task's ``job_key`` derives."""
+        stored = options.pop(STORED_JOB_KEY_OPTION, None)
+        explicit = options.pop("job_key", None)
+        if stored:
+            return str(stored)
+        if explicit is None:
+            return self.business_key(account, args, kwargs)
+        if isinstance(explicit, bool) or not isinstance(explicit, (str, int)) or \
+                explicit == "" or len(str(explicit).encode("utf-8", "surrogatepass")) > \
+                MAX_ID_LENGTH:
+            raise InvalidJobKeyError(
+                f"task {self.name} (account {account!r}): job_key= must be a non-empty str or "
+                f"int of at most {MAX_ID_LENGTH} bytes, got {type(explicit).__name__}")
+        return hash_identity([self.name, account or "", {"job_key": str(explicit)}])
+
     def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
                     producer: Any = None, link: Any = None, link_error: Any = None,
                     shadow: str | None = None, **options: Any) -> AsyncResult:
@@ -101,11 +132,11 @@ class ReliableTask(Task):
             with contextlib.suppress(TypeError):
                 options["argsrepr"], options["kwargsrepr"] = masked_reprs(
                     self.run, args or (), kwargs or {}, self.redact)
-        if self.job_key_spec() is not None and not is_fair(self):
+        if not is_fair(self):
             account = self.account_of(args or (), kwargs or {}, options.pop("account", None))
-            headers = dict(options.get("headers") or {})
-            headers[JOB_KEY_HEADER] = self.business_key(account, args or (), kwargs or {})
-            options["headers"] = headers
+            job_key = self.job_key_for(account, args or (), kwargs or {}, options)
+            if job_key is not None:
+                options["headers"] = {**(options.get("headers") or {}), JOB_KEY_HEADER: job_key}
         return super().apply_async(args, kwargs, task_id=task_id, producer=producer, link=link,
                                    link_error=link_error, shadow=shadow, **options)
 
@@ -131,44 +162,86 @@ class ReliableTask(Task):
         job_key = job_key_of(request)
         request.job_key = job_key  # the public name, whichever header carried it
         job_id = delivery_id(request.id, request.retries or 0)
-        store = self._store()
-        if job_key:
-            marker = store.marker(job_key)
-            if marker and marker["state"] == "done":
-                logger.info("fairqueue: %s[%s] is already done (job key %s...); not run again",
-                            self.name, request.id, job_key[:12])
-                store.emit(EventType.SUCCEEDED, job=job_id,
-                           external_id=marker.get("external_id"))
-                return marker.get("external_id")
-            if marker and marker["state"] == "started":
-                external_id = self.already_applied(job_key, *args, **kwargs)
-                if external_id:
-                    logger.warning("fairqueue: %s[%s] had already applied its side effect "
-                                   "before a crash (external id %s); marked done, not run again",
-                                   self.name, request.id, external_id)
-                    store.mark_done(job_key, job_id, str(external_id))
-                    store.emit(EventType.SUCCEEDED, job=job_id, external_id=external_id)
-                    return external_id
-            store.mark_started(job_key, job_id)
+        with self._store_or_give_back("read or write its started marker"):
+            answered, value = self._before_run(job_key, job_id, args, kwargs)
+        if answered:
+            return value
         try:
             result = self.run(*args, **kwargs)
         except Retry as retry:
-            store.emit(EventType.RETRYING, job=job_id, reason="the task asked to retry",
+            self._emit(EventType.RETRYING, job=job_id, reason="the task asked to retry",
                        error=_describe(retry.exc) if retry.exc else None, due=_due(retry.when))
             raise
         except (Ignore, Reject):
             raise
+        except StoreUnavailableError as exc:  # the store refused something the task asked of it
+            raise self._give_back(exc, "reach the fair store") from exc
         except Exception as exc:
             self._on_job_failure(exc, job_id, args, kwargs)
             raise
         external_id = getattr(request, "fairqueue_external_id", None)
         if job_key:
-            store.mark_done(job_key, job_id, external_id)
-        store.emit(EventType.SUCCEEDED, job=job_id, external_id=external_id)
+            with self._store_or_give_back("write its done marker"):
+                self._store().mark_done(job_key, job_id, external_id)
+        self._emit(EventType.SUCCEEDED, job=job_id, external_id=external_id)
         return result
+
+    def _before_run(self, job_key: str | None, job_id: str, args: Sequence[Any],
+                    kwargs: dict[str, Any]) -> tuple[bool, Any]:
+        """Consult the markers: ``(True, external id)`` when the job must not run again (done,
+        or reconciled), else write the started marker and return ``(False, None)``."""
+        if not job_key:
+            return False, None
+        store = self._store()
+        marker = store.marker(job_key)
+        if marker and marker["state"] == "done":
+            logger.info("fairqueue: %s[%s] is already done (job key %s...); not run again",
+                        self.name, self.request.id, job_key[:12])
+            self._emit(EventType.SUCCEEDED, job=job_id, external_id=marker.get("external_id"))
+            return True, marker.get("external_id")
+        if marker and marker["state"] == "started":
+            external_id = self.already_applied(job_key, *args, **kwargs)
+            if external_id:
+                logger.warning("fairqueue: %s[%s] had already applied its side effect before a "
+                               "crash (external id %s); marked done, not run again", self.name,
+                               self.request.id, external_id)
+                store.mark_done(job_key, job_id, str(external_id))
+                self._emit(EventType.SUCCEEDED, job=job_id, external_id=external_id)
+                return True, external_id
+        store.mark_started(job_key, job_id)
+        return False, None
 
     def _store(self) -> FairStore:
         return store_for(self.app)
+
+    def _emit(self, type: str, **fields: Any) -> None:
+        """Record a transition for the recorder; a store that fails costs the record, not the
+        job (the job's own writes, markers and settling, are what keeps it safe)."""
+        try:
+            self._store().emit(type, **fields)
+        except StoreUnavailableError as exc:
+            logger.warning("fairqueue: %s[%s]: the %s event was not recorded: %s", self.name,
+                           self.request.id, type, exc)
+
+    def _give_back(self, exc: StoreUnavailableError, doing: str) -> Reject:
+        """What to raise when the fair store failed the job's own write: a requeue, so the job
+        is neither acked away nor dead-lettered; if the requeue fails too, its lease expires
+        and the reaper returns it."""
+        logger.warning("fairqueue: %s[%s] could not %s (%s); given back to run again",
+                       self.name, self.request.id, doing, exc)
+        return Reject(f"the fair store failed: {exc}", requeue=True)
+
+    @contextlib.contextmanager
+    def _store_or_give_back(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except StoreUnavailableError as exc:
+            raise self._give_back(exc, doing) from exc
+
+    def retry_delay(self, seconds: float) -> float:
+        """``seconds`` cut to ``fairqueue_max_retry_delay``; not a finite number: the maximum."""
+        longest = settings_for(self.app).max_retry_delay
+        return min(max(seconds, 0.0), longest) if math.isfinite(seconds) else longest
 
     def _on_job_failure(self, exc: Exception, job_id: str, args: Sequence[Any],
                         kwargs: dict[str, Any]) -> None:
@@ -179,30 +252,32 @@ class ReliableTask(Task):
         verdict = policy.classify(exc)
         first_failure = getattr(request, FIRST_FAILURE_HEADER, None) or time.time()
         if verdict.retryable and not policy.exhausted(attempts):
-            delay = policy.delay(attempts - 1, exc)
+            delay = self.retry_delay(policy.delay(attempts - 1, exc))
             logger.info("fairqueue: %s[%s] attempt %d failed (%s); retrying in %.1fs",
                         self.name, request.id, attempts, verdict.reason, delay)
             headers = {**(request.headers or {}), FIRST_FAILURE_HEADER: first_failure}
-            self._store().emit(EventType.RETRYING, job=job_id, error=_describe(exc),
-                               reason=verdict.reason, due=time.time() + delay)
+            self._emit(EventType.RETRYING, job=job_id, error=_describe(exc),
+                       reason=verdict.reason, due=time.time() + delay)
             raise self.retry(exc=exc, countdown=delay, max_retries=policy.max_attempts,
                              headers=headers)
         reason = verdict.reason if not verdict.retryable else (
             f"gave up after {attempts} attempts: {verdict.reason}")
         logger.error("fairqueue: %s[%s] dead-lettered after %d attempt(s): %s", self.name,
                      request.id, attempts, reason)
-        self._store().emit(EventType.FAILED, job=job_id, error=_describe(exc), reason=reason)
+        self._emit(EventType.FAILED, job=job_id, error=_describe(exc), reason=reason)
         job_key = job_key_of(request)
-        self._store().bury(job_id, reason, job_key, {
-            "task": self.name,
-            "account": getattr(request, ACCOUNT_HEADER, None) or self.account_of(args, kwargs),
-            "job_key": job_key,
-            "queue": (request.delivery_info or {}).get("routing_key"),
-            "args": list(args), "kwargs": dict(kwargs), "attempts": attempts,
-            "error": _describe(exc),
-            "traceback": "".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:],
-            "first_failure": first_failure,
-        })
+        with self._store_or_give_back("keep its dead letter"):
+            self._store().bury(job_id, reason, job_key, {
+                "task": self.name,
+                "account": getattr(request, ACCOUNT_HEADER, None) or self.account_of(args,
+                                                                                     kwargs),
+                "job_key": job_key,
+                "queue": (request.delivery_info or {}).get("routing_key"),
+                "args": list(args), "kwargs": dict(kwargs), "attempts": attempts,
+                "error": _describe(exc),
+                "traceback": "".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:],
+                "first_failure": first_failure,
+            })
 
 
 class FairTask(ReliableTask):
@@ -228,6 +303,11 @@ class FairTask(ReliableTask):
             raise MissingAccountError(
                 f"task {self.name} was enqueued with no account: pass account=... to "
                 f"apply_async or set {where}")
+        try:
+            encode_id(account)
+        except ValueError as exc:
+            raise InvalidAccountError(f"task {self.name}: account {account[:40]!r}... cannot "
+                                      f"be stored: {exc}") from None
         return account
 
     def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
@@ -249,13 +329,22 @@ class FairTask(ReliableTask):
     def retry(self, args: Any = None, kwargs: Any = None, exc: Any = None, throw: bool = True,
               eta: Any = None, countdown: Any = None, max_retries: Any = None,
               **options: Any) -> Any:
-        """Celery's retry, keeping the job's account and key (either may have been explicit)."""
+        """Celery's retry, keeping the job's account and key (either may have been explicit),
+        with the countdown cut to ``fairqueue_max_retry_delay``; a retry the fair store could
+        not take gives the job back instead of Celery's reject."""
         account = getattr(self.request, ACCOUNT_HEADER, None)
         if account is not None:
             options.setdefault("account", account)
-        options.setdefault("job_key", job_key_of(self.request))
-        return super().retry(args=args, kwargs=kwargs, exc=exc, throw=throw, eta=eta,
-                             countdown=countdown, max_retries=max_retries, **options)
+        options.setdefault(STORED_JOB_KEY_OPTION, job_key_of(self.request))
+        if isinstance(countdown, (int, float)):
+            countdown = self.retry_delay(float(countdown))
+        try:
+            return super().retry(args=args, kwargs=kwargs, exc=exc, throw=throw, eta=eta,
+                                 countdown=countdown, max_retries=max_retries, **options)
+        except Reject as rejected:
+            if isinstance(rejected.reason, StoreUnavailableError):
+                raise self._give_back(rejected.reason, "store its retry") from rejected.reason
+            raise
 
 
 def _describe(exc: BaseException) -> str:

@@ -21,16 +21,17 @@ from redis.retry import Retry
 
 from ..errors import StoreFullError, StoreUnavailableError
 
-#: Error replies that mean "not now" rather than "never": said in the message so a person
-#: reading a worker's warning knows a failover or a slow script is the cause.
-_TRANSIENT_REPLIES = {
-    "BUSY": "Redis is busy running a script",
-    "READONLY": "Redis is a read-only replica (a failover in progress?)",
-    "LOADING": "Redis is loading its data",
-    "MASTERDOWN": "the replica lost its primary",
-    "TRYAGAIN": "a cluster slot is migrating",
-    "CLUSTERDOWN": "the cluster is down",
-}
+#: Error replies that mean "not now" rather than "never", in words for a person reading a
+#: worker's warning: a failover or a slow script is the cause, not the job. redis-py turns
+#: some codes into classes and strips the code from the text, so both are looked at.
+_TRANSIENT_REPLIES = [
+    (redis.exceptions.ReadOnlyError, "READONLY", "Redis is a read-only replica (a failover?)"),
+    (redis.exceptions.BusyLoadingError, "LOADING", "Redis is loading its data"),
+    (redis.exceptions.MasterDownError, "MASTERDOWN", "the replica lost its primary"),
+    (redis.exceptions.TryAgainError, "TRYAGAIN", "a cluster slot is migrating"),
+    (redis.exceptions.ClusterDownError, "CLUSTERDOWN", "the cluster is down"),
+    (None, "BUSY", "Redis is busy running a script"),
+]
 
 
 #: The store operation under way (a script's name), so an error names it, not EVALSHA.
@@ -57,8 +58,9 @@ def translate(exc: redis.RedisError, url: str, command: Any = None) -> StoreUnav
         return StoreFullError(f"{where} is full (maxmemory){doing}: {text}")
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
         return StoreUnavailableError(f"{where} is unreachable{doing}: {text}")
-    code = text.split(" ", 1)[0]
-    why = _TRANSIENT_REPLIES.get(code, "Redis refused the command")
+    why = next((words for kind, code, words in _TRANSIENT_REPLIES
+                if (kind is not None and isinstance(exc, kind)) or text.startswith(code)),
+               "Redis refused the command")
     return StoreUnavailableError(f"{where}: {why}{doing}: {text}")
 
 
@@ -95,10 +97,13 @@ class StoreClient(_Translating, redis.Redis):
 
 
 def make_client(url: str, socket_timeout: float = 10.0, retries: int = 6) -> StoreClient:
-    """A store client that retries dropped connections and timeouts with backoff."""
+    """A store client that retries dropped connections and timeouts with backoff. Replies are
+    decoded as UTF-8 with surrogate escapes, so one stored value that is not UTF-8 cannot make
+    a whole reply (a claim of many jobs) undecodable."""
     client: StoreClient = StoreClient.from_url(  # type: ignore[assignment]
         url,
         decode_responses=True,
+        encoding_errors="surrogateescape",
         socket_timeout=socket_timeout,
         socket_connect_timeout=min(5.0, socket_timeout),
         health_check_interval=15,

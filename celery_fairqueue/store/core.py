@@ -19,7 +19,7 @@ from typing import Any
 
 from celery import Celery
 
-from ..errors import DeadLetterNotFound
+from ..errors import BacklogFullError, DeadLetterNotFound
 from ..limits import AccountLimit
 from ..protocol import NO_JOB_KEY, event_fields, task_id_of
 from ..settings import FairqueueSettings, settings_for
@@ -70,6 +70,11 @@ class EnqueueResult:
         status, stored_id = reply
         if status == 3:
             raise DeadLetterNotFound("the dead letter was replayed or purged already")
+        if status == 4:
+            raise BacklogFullError("the account has fairqueue_max_pending_per_account jobs "
+                                   "pending already")
+        if status == 5:
+            raise BacklogFullError("the fair store holds fairqueue_max_pending jobs already")
         return cls(job_id=stored_id, created=status != 0, delayed=status == 2)
 
     @property
@@ -107,11 +112,16 @@ class FairStore:
 
     @classmethod
     def from_settings(cls, settings: FairqueueSettings, *, fail_fast: bool = False) -> FairStore:
-        """A store for producers (patient retries) or, ``fail_fast``, for the worker's event
-        loop, which must not stall on an unreachable Redis: it tries again on its next turn."""
+        """A store for producers or, ``fail_fast``, for a worker's event loop and threads.
+
+        A producer's call is bounded by ``fairqueue_enqueue_timeout``: redis-py retries a
+        command and, inside it, the connect, so one retry of each makes four tries at most,
+        each given a quarter of the time. The worker's event loop must not stall on an
+        unreachable Redis either: it tries again on its next turn.
+        """
         assert settings.redis_url
-        client = (make_client(settings.redis_url, socket_timeout=2.0, retries=1) if fail_fast
-                  else make_client(settings.redis_url))
+        timeout = 2.0 if fail_fast else settings.enqueue_timeout / 4
+        client = make_client(settings.redis_url, socket_timeout=timeout, retries=1)
         return cls(client, Keys(settings.key_prefix), settings)
 
     def _keys_for(self, queues: Sequence[QueueKeys]) -> list[str]:
@@ -148,8 +158,9 @@ class FairStore:
                       dedupe: bool = True, task: str = "", shown_args: str = "",
                       replays: str = "") -> list[Any]:
         return [job_id, encode_id(account), encode_id(queue), envelope, due or 0,
-                job_key or NO_JOB_KEY, "1" if dedupe else "0", self.settings.job_retention, task,
-                shown_args, replays]
+                encode_id(job_key) if job_key else NO_JOB_KEY, "1" if dedupe else "0",
+                self.settings.job_retention, task, shown_args, replays,
+                self.settings.max_pending_per_account, self.settings.max_pending]
 
     def enqueue(self, *, queue: str, account: str, job_id: str, envelope: str,
                 due: float | None = None, job_key: str | None = None,
@@ -213,7 +224,7 @@ class FairStore:
         """Keep a failed job as a dead letter with ``reason``; ``record`` (task, account, args,
         error, ...) is kept as JSON, as it is, and read back by DeadLetter."""
         fields = {k: v for k, v in (record or {}).items() if v is not None}
-        self._run("bury", [], [job_id, reason, job_key or NO_JOB_KEY,
+        self._run("bury", [], [job_id, reason, encode_id(job_key) if job_key else NO_JOB_KEY,
                                json.dumps(fields, default=str) if fields else ""])
 
     def recording(self) -> bool:
@@ -234,7 +245,7 @@ class FairStore:
     # -- idempotency markers -------------------------------------------------------------------
 
     def marker(self, job_key: str) -> dict[str, Any] | None:
-        raw = self.client.hget(self.keys.markers, job_key)
+        raw = self.client.hget(self.keys.markers, encode_id(job_key))
         return json.loads(raw) if raw else None
 
     def mark_started(self, job_key: str, job_id: str) -> None:
@@ -244,11 +255,11 @@ class FairStore:
     def mark_done(self, job_key: str, job_id: str, external_id: str | None = None) -> None:
         """After the side effect: a redelivery that finds this returns without running."""
         self._set_marker(job_key, {"state": "done", "job_id": job_id, "external_id": external_id})
-        self.client.zadd(self.keys.done, {job_key: self.server_time()}, nx=True)
+        self.client.zadd(self.keys.done, {encode_id(job_key): self.server_time()}, nx=True)
 
     def _set_marker(self, job_key: str, marker: dict[str, Any]) -> None:
         marker["at"] = time.time()
-        self.client.hset(self.keys.markers, job_key, json.dumps(marker))
+        self.client.hset(self.keys.markers, encode_id(job_key), json.dumps(marker))
 
     def extend(self, token: str, job_ids: Iterable[str]) -> list[str]:
         """Heartbeat: extend the leases this worker owns; returns the ids it lost."""

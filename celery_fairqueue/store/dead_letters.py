@@ -18,10 +18,10 @@ from celery.result import AsyncResult
 
 from ..envelope import Envelope, MalformedEnvelopeError
 from ..errors import DeadLetterNotFound, FairqueueError
-from ..protocol import ACCOUNT_HEADER, NO_JOB_KEY, is_fair, job_key_of
+from ..protocol import ACCOUNT_HEADER, NO_JOB_KEY, STORED_JOB_KEY_OPTION, is_fair, job_key_of
 from ..redaction import redact_arguments
 from .core import FairStore, store_for
-from .keys import decode_id
+from .keys import decode_id, encode_id
 
 __all__ = ["DeadLetter", "DeadLetterNotFound", "DeadLetters"]
 
@@ -45,6 +45,7 @@ class DeadLetter:
     traceback: str | None = None
     first_failure: float | None = None
     envelope: str = ""
+    resendable: bool = True  # False when the message could not be read as the task's JSON
     raw: str = field(default="", repr=False)  # as the store holds it, to put it back
 
     @classmethod
@@ -66,6 +67,7 @@ class DeadLetter:
             if isinstance(holder.get("envelope"), str) and not letter.envelope:
                 letter.envelope = holder["envelope"]
         letter.attempts = int(record.get("attempts") or 0)
+        letter.resendable = record.get("replayable", True) is not False
         letter.deliveries = int(data.get("deliveries") or 0)
         if record.get("first_failure"):
             letter.first_failure = float(record["first_failure"])
@@ -96,7 +98,7 @@ class DeadLetter:
 
     @property
     def replayable(self) -> bool:
-        return self.task is not None
+        return self.task is not None and self.resendable
 
     def redacted(self, fields: Iterable[str]) -> dict[str, Any]:
         """What support may see: the named keyword arguments (and dict keys) masked."""
@@ -171,6 +173,8 @@ class DeadLetters:
         if is_fair(self.app.tasks.get(letter.task)):
             if letter.account is not None:
                 options["account"] = letter.account
+            if letter.job_key:  # the same business key, however it was made
+                options[STORED_JOB_KEY_OPTION] = letter.job_key
             return self.app.send_task(letter.task, args=letter.args, kwargs=letter.kwargs,
                                       fairqueue_replays=job_id, **options)
         [taken] = self.store._run("take_dead", [], [job_id])
@@ -185,6 +189,11 @@ class DeadLetters:
         self.client.hincrby(self.keys.stats, "replayed", 1)
         return result
 
+    @staticmethod
+    def _job_key(raw: str | bytes | None) -> str:
+        job_key = DeadLetter.from_json(raw).job_key if raw else None
+        return encode_id(job_key) if job_key else NO_JOB_KEY
+
     def purge(self, job_ids: Sequence[str] | None = None, *,
               older_than: float | None = None) -> int:
         """Delete the given dead letters, or those that died before ``older_than``, with the
@@ -193,7 +202,6 @@ class DeadLetters:
         purged = 0
         for start in range(0, len(ids), PAGE):
             chunk = ids[start:start + PAGE]
-            keys = [(DeadLetter.from_json(raw).job_key if raw else None) or NO_JOB_KEY
-                    for raw in self.client.hmget(self.keys.dead, chunk)]
+            keys = [self._job_key(raw) for raw in self.client.hmget(self.keys.dead, chunk)]
             purged += int(self.store._run("purge_dead", [], [len(chunk), *chunk, *keys]))
         return purged

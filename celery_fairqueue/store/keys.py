@@ -125,6 +125,11 @@ class Keys:
         return self._key("markers")
 
     @cached_property
+    def pending(self) -> str:
+        """Hash account -> its jobs in the store (ready, delayed, running), for the bound."""
+        return self._key("pending")
+
+    @cached_property
     def events(self) -> str:
         """Stream of state transitions, read by the recorder; written only once it exists."""
         return self._key("events")
@@ -149,7 +154,7 @@ class Keys:
         return [
             self.jobs, self.meta, self.job_keys, self.done, self.leases, self.owners,
             self.limits, self.buckets, self.queues, self.seq, self.deliveries, self.stats,
-            self.dead, self.dead_index, self.markers,
+            self.dead, self.dead_index, self.markers, self.pending,
         ]
 
     def queue(self, name: str) -> QueueKeys:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kombu.message import Message
 from kombu.serialization import loads
 
-from ..envelope import JSON_CONTENT_TYPE, Envelope
+from ..envelope import JSON_CONTENT_TYPE, Envelope, MalformedEnvelopeError
 from ..store import ClaimedJob
 
 if TYPE_CHECKING:
@@ -37,9 +37,16 @@ class FairChannel:
 
 
 def read_envelope(job: ClaimedJob) -> Envelope:
-    """The job's stored message, checked to decode as JSON; raises what is wrong with it."""
+    """The job's stored message, checked to be Celery's ``[args, kwargs, embed]`` in JSON;
+    raises what is wrong with it, so one bad job is dead-lettered alone, with its reason."""
     envelope = Envelope.from_json(job.envelope)
-    loads(envelope.body, envelope.content_type, envelope.content_encoding, accept=ACCEPT)
+    body = loads(envelope.body, envelope.content_type, envelope.content_encoding, accept=ACCEPT)
+    if not (isinstance(body, list) and len(body) == 3 and isinstance(body[0], list)
+            and isinstance(body[1], dict) and isinstance(body[2], dict | None)):
+        raise MalformedEnvelopeError("the body is not [args (a list), kwargs (an object), "
+                                     "embed (an object)]")
+    if not isinstance(envelope.task_name, str):
+        raise MalformedEnvelopeError("the message names no task")
     return envelope
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from celery.worker.strategy import default
 
 from ..envelope import Envelope
-from ..errors import FairqueueError
+from ..errors import StoreUnavailableError
 from ..protocol import ACCOUNT_HEADER, JOB_KEY_HEADER, delivery_id
 from ..store import store_for
 from ..task import FairTask
@@ -31,7 +31,15 @@ def fair_strategy(task: FairTask, app: Any, consumer: Any, **kwargs: Any) -> Any
                              **options: Any) -> Any:
         if isinstance(message.channel, FairChannel):
             return handle(message, body, ack, reject, callbacks, **options)
-        adopt(app, task, message)
+        try:
+            adopt(app, task, message)
+        except StoreUnavailableError as exc:
+            # the message is good and the store is away: the broker keeps it for later
+            logger.warning("fairqueue: %s[%s] from the broker was not moved into the fair "
+                           "store (%s); returned to the broker", task.name,
+                           (message.headers or {}).get("id"), exc)
+            reject(logger, consumer.connection_errors, requeue=True)
+            return None
         ack(logger, consumer.connection_errors)  # the promise of message.ack_log_error
         return None
 
@@ -39,29 +47,37 @@ def fair_strategy(task: FairTask, app: Any, consumer: Any, **kwargs: Any) -> Any
 
 
 def adopt(app: Any, task: FairTask, message: Any) -> None:
-    """Store a fair task's message that came through the broker; bury it if it can't be queued."""
-    headers = dict(message.headers)
-    raw_body = message.body.decode() if isinstance(message.body, bytes) else message.body
+    """Store a fair task's message that came through the broker; dead-letter it, with why, if
+    it cannot be queued (undecodable, not JSON, no account). Only a store failure raises."""
+    headers = dict(message.headers or {})
+    retries = headers.get("retries")
+    job_id = delivery_id(str(headers.get("id", "")),
+                         retries if isinstance(retries, int) and retries >= 0 else 0)
+    store = store_for(app)
+    body = message.body
     envelope = Envelope(
-        body=raw_body, content_type=message.content_type,
-        content_encoding=message.content_encoding, headers=headers,
+        body=body.decode("utf-8", "backslashreplace") if isinstance(body, bytes) else str(body),
+        content_type=message.content_type, content_encoding=message.content_encoding,
+        headers=headers,
         properties={k: message.properties[k] for k in KEPT_PROPERTIES if k in message.properties},
     )
-    store = store_for(app)
-    job_id = delivery_id(headers.get("id", ""), int(headers.get("retries") or 0))
     try:
         args, kwargs, _embed = message.decode()
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise TypeError("its arguments are not a list and a mapping")
         account = task.resolve_account(args, kwargs, headers.get(ACCOUNT_HEADER))
-        job_key = task.business_key(account, args, kwargs)
-        headers[ACCOUNT_HEADER] = account
-        headers[JOB_KEY_HEADER] = job_key
-        queue = message.delivery_info.get("routing_key") or app.conf.task_default_queue
-        store.enqueue(queue=queue, account=account, job_id=job_id, envelope=envelope.to_json(),
-                      job_key=job_key, dedupe=not headers.get("retries"), task=task.name)
-        logger.info("fairqueue: moved %s[%s] from the broker into the fair store", task.name,
-                    headers.get("id"))
-    except (FairqueueError, ValueError, TypeError) as exc:
+        job_key = task.job_key_for(account, args, kwargs, {})
+    except Exception as exc:
         logger.error("fairqueue: %s[%s] from the broker cannot be fair-queued: %s; "
                      "dead-lettered", task.name, headers.get("id"), exc)
         store.bury(job_id, f"arrived through the broker and {exc}",
-                   record={"task": task.name, "envelope": envelope.to_json()})
+                   record={"task": task.name, "envelope": envelope.to_json(),
+                           "replayable": False})
+        return
+    headers[ACCOUNT_HEADER] = account
+    headers[JOB_KEY_HEADER] = job_key
+    queue = message.delivery_info.get("routing_key") or app.conf.task_default_queue
+    store.enqueue(queue=queue, account=account, job_id=job_id, envelope=envelope.to_json(),
+                  job_key=job_key, dedupe=not retries, task=task.name)
+    logger.info("fairqueue: moved %s[%s] from the broker into the fair store", task.name,
+                headers.get("id"))

@@ -97,6 +97,11 @@ def dead_reason(fair_store, job_id):
             Envelope(body="[[], {}, {}]", headers={"task": "no.such.task", "id": "u"}).to_json(),
             "unknown task 'no.such.task'",
         ),
+        (
+            Envelope(body='[{"account_id": "acme"}, {}, {}]',
+                     headers={"task": "tests.apps.fair.job", "id": "d"}).to_json(),
+            "malformed message: the body is not [args (a list)",
+        ),
     ],
 )
 def test_undeliverable_jobs_are_dead_lettered_with_their_reason(

@@ -33,7 +33,7 @@ def test_skewed_workers_keep_leases_and_the_rate_limit(figure, fair, celery_work
         assert wait_until(lambda: store.counts("celery")["running"] == 3 * len(workers), 10)
     behind, ahead = workers
     for n in range(30):
-        fair.job.delay("limited", n)
+        fair.job.delay("limited", n, 0.3)  # longer than a token: each worker must take some
     assert wait_until(lambda: len(ledger) == 36, timeout=60)
     runs = [json.loads(r) for r in redis_client.lrange("runs", 0, -1)]
     duplicates = {k: v for k, v in ledger.counts().items() if v > 1}

@@ -54,28 +54,37 @@ def oldest_ready_age_by_queue(now: datetime | None = None) -> dict[str, float]:
     return {row["queue"]: _age(row["oldest"], now) or 0.0 for row in rows}
 
 
-def account_overview(now: datetime | None = None) -> list[dict[str, Any]]:
-    """One row per account: job counts by status, oldest ready age, next run, last error.
+def account_overview_rows(search: str = "") -> QuerySet[Job, dict[str, Any]]:
+    """The account overview as one grouped query, for paging in the database: one row per
+    account (whose id contains ``search``, if given), ordered by account. Pass each row through
+    :func:`overview_row`.
 
-    One grouped query: the counts and times are conditional aggregates, and the last error (of
-    the account's most recently finished failed or dead job) is a correlated subquery, so the
-    cost does not grow with a query per account.
+    The counts and times are conditional aggregates, and the last error (of the account's most
+    recently finished failed or dead job) is a correlated subquery, so the cost does not grow
+    with a query per account, and a page reads only its own accounts' rows.
     """
-    now = now or timezone.now()
     last_broken = (Job.objects.filter(account=OuterRef("account"), status__in=BROKEN)
                    .order_by(F("finished_at").desc(nulls_last=True), "-updated_at", "-id"))
     counts = {str(status): Count("id", filter=Q(status=status)) for status in COUNTED}
-    rows = (Job.objects.values("account")
+    jobs = Job.objects.filter(account__icontains=search) if search else Job.objects.all()
+    return (jobs.values("account")
             .annotate(**counts,
                       oldest_ready=Min("enqueued_at", filter=Q(status=Status.READY)),
                       next_run_at=Min("next_run_at", filter=Q(status__in=WAITING)),
                       last_failed_at=Max("finished_at", filter=Q(status__in=BROKEN)),
                       last_error=Subquery(last_broken.values("last_error")[:1]))
             .order_by("account"))
-    overview = []
-    for row in rows:
-        oldest = row.pop("oldest_ready")
-        row["oldest_ready_age"] = _age(oldest, now)
-        row["last_error"] = row["last_error"] or ""
-        overview.append(row)
-    return overview
+
+
+def overview_row(row: dict[str, Any], now: datetime | None = None) -> dict[str, Any]:
+    """A row of :func:`account_overview_rows` with the oldest ready job's age in seconds."""
+    row = dict(row)
+    row["oldest_ready_age"] = _age(row.pop("oldest_ready"), now)
+    row["last_error"] = row["last_error"] or ""
+    return row
+
+
+def account_overview(now: datetime | None = None) -> list[dict[str, Any]]:
+    """One row per account: job counts by status, oldest ready age, next run, last error."""
+    now = now or timezone.now()
+    return [overview_row(row, now) for row in account_overview_rows()]

@@ -41,7 +41,6 @@ from datetime import datetime
 
 from celery import Celery
 from django.db import (
-    DatabaseError,
     InterfaceError,
     OperationalError,
     connections,
@@ -51,7 +50,8 @@ from django.db import (
 
 from ...errors import StoreUnavailableError
 from ...protocol import Event
-from ...store import EventReader, Leadership, store_for
+from ...settings import settings_for
+from ...store import EventReader, FairStore, Leadership
 from .models import Job
 from .recording import NO_OUTCOME, Batch
 
@@ -75,7 +75,8 @@ class Recorder:
                  block_ms: int = 500, lock_seconds: float = 30.0, linger_ms: int = 200,
                  max_backoff: float = 5.0) -> None:
         self.app = app
-        self.store = store_for(app)
+        # a worker's store: quick to give up, since the loop backs off and reads again
+        self.store = FairStore.from_settings(settings_for(app), fail_fast=True)
         self.reader = EventReader(self.store, consumer_name or default_consumer_name())
         self.batch = batch
         self.block_ms = block_ms
@@ -88,6 +89,7 @@ class Recorder:
         self._renewed = float("-inf")
         self._group_ready = False
         self._paused: dict[tuple[str, str], datetime] = {}
+        self.skipped = 0  # events that could not be applied and were left behind
 
     @property
     def consumer_name(self) -> str:
@@ -109,22 +111,26 @@ class Recorder:
                 self.apply(events)
             except TRANSIENT_DB_ERRORS:
                 raise
-            except DatabaseError:
-                logger.exception("fairqueue recorder: a batch of %d events failed; applying "
-                                 "them one by one to skip the bad one", len(events))
+            except Exception:  # the batch's content, not the database's absence
+                logger.warning("fairqueue recorder: a batch of %d events failed; applying "
+                               "them one by one to skip the bad one", len(events))
                 self._apply_each(events)
             self.reader.ack(events)
         return len(events)
 
     def _apply_each(self, events: list[Event]) -> None:
+        """Apply events one at a time; one that cannot be applied (a value the database or
+        Python refuses) is logged once, counted in ``skipped`` and left behind, so it cannot
+        stall all recording by being read again forever."""
         for event in events:
             try:
                 self.apply([event])
             except TRANSIENT_DB_ERRORS:
                 raise
-            except DatabaseError:
-                logger.exception("fairqueue recorder: skipped event %s %s", event.id,
-                                 event.fields)
+            except Exception:
+                self.skipped += 1
+                logger.exception("fairqueue recorder: skipped event %s of type %r (job %s)",
+                                 event.id, event.type, event.job_id)
 
     def apply(self, events: list[Event]) -> Batch:
         """Write the effect of ``events`` (in stream order) in one transaction."""

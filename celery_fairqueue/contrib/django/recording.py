@@ -32,7 +32,14 @@ CLOSE_FIELDS = ["outcome", "error", "finished_at"]
 
 
 def _time(seconds: float | None) -> datetime | None:
-    return datetime.fromtimestamp(seconds, UTC) if seconds else None
+    """A stream time as a datetime; one past what a datetime holds (a Retry-After of years,
+    before max_retry_delay cut it) is the latest one, not an error."""
+    if not seconds:
+        return None
+    try:
+        return datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError):
+        return datetime.max.replace(tzinfo=UTC) if seconds > 0 else None
 
 
 def _retries(job_id: str) -> int:
@@ -112,12 +119,16 @@ TEXT_FIELDS = {Job: _text_fields(Job), Attempt: _text_fields(Attempt)}
 
 
 def _fit(row: Job | Attempt) -> Any:
-    """Make strings storable: ids in Redis may be longer than their column allows, and
-    PostgreSQL refuses NUL characters, which an error message may hold."""
+    """Make strings storable: ids in Redis may be longer than their column allows, PostgreSQL
+    refuses NUL characters, which an error message may hold, and no database takes a lone
+    surrogate (a file name from ``os.fsdecode``): it is kept as its escape."""
     for name, max_length in TEXT_FIELDS[type(row)]:
         value = getattr(row, name)
+        if not value.isascii():
+            value = value.encode("utf-8", "backslashreplace").decode()
         if "\x00" in value or (max_length and len(value) > max_length):
-            setattr(row, name, value.replace("\x00", "")[:max_length])
+            value = value.replace("\x00", "")[:max_length]
+        setattr(row, name, value)
     return row
 
 

@@ -16,12 +16,13 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import timezone
 
 from ...reports import BatchOutcome, purge_each, replay_each
 from ...store import DeadLetters
 from ...tables import duration
 from .conf import celery_app
-from .queries import account_overview
+from .queries import account_overview_rows, overview_row
 from .recording import record_purge, record_replay
 
 REPLAY_PERMISSION = "celery_fairqueue.replay_job"
@@ -84,15 +85,14 @@ def overview_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def account_overview_view(request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
     """One row per account: what waits, runs and failed, how long the oldest has waited."""
     query = request.GET.get("q", "").strip()
-    rows = account_overview()
-    if query:
-        rows = [row for row in rows if query.lower() in row["account"].lower()]
-    page = Paginator(rows, OVERVIEW_PAGE_SIZE).get_page(request.GET.get("p"))
+    page = Paginator(account_overview_rows(query), OVERVIEW_PAGE_SIZE).get_page(
+        request.GET.get("p"))
+    now = timezone.now()
     return TemplateResponse(request, "admin/celery_fairqueue/account_overview.html", {
         **context,
         "title": "Account overview",
         "query": query,
         "page_obj": page,
-        "rows": overview_rows(list(page.object_list)),
+        "rows": overview_rows([overview_row(row, now) for row in page.object_list]),
         "columns": [s.capitalize() for s in OVERVIEW_COUNTS],
     })

@@ -1,16 +1,16 @@
 -- Helpers shared by every script: store.py prepends this file to each script when it loads it.
 --
--- KEYS (every script): the 15 global keys of keys.Keys.global_keys(), then 7 keys per fair queue
+-- KEYS (every script): the 16 global keys of keys.Keys.global_keys(), then 7 keys per fair queue
 -- in the order of keys.QUEUE_KEY_NAMES: ring, state, ready, nready, paused, delayed, running,
 -- then the event stream.
 -- Account ids and queue names arrive percent-encoded (no spaces, no "|", no braces).
 -- All times are Redis server time, so workers with skewed clocks agree on leases and buckets.
 
 local K_JOBS, K_META, K_JOBKEYS, K_DONE, K_LEASES, K_OWNERS, K_LIMITS, K_BUCKETS, K_QUEUES,
-  K_SEQ, K_DELIVERIES, K_STATS, K_DEAD, K_DEADINDEX, K_MARKERS = unpack(KEYS, 1, 15)
-local NGLOBAL = 15
+  K_SEQ, K_DELIVERIES, K_STATS, K_DEAD, K_DEADINDEX, K_MARKERS, K_PENDING = unpack(KEYS, 1, 16)
+local NGLOBAL = 16
 local NQKEYS = 7
--- the event stream is not one of KEYS[1..15]: it is the first key after the queues' keys, so
+-- the event stream is not one of KEYS[1..16]: it is the first key after the queues' keys, so
 -- every script gets it last (see store.FairStore._run)
 local K_EVENTS = KEYS[#KEYS]
 local EVENTS_MAXLEN = 1000000
@@ -86,6 +86,13 @@ local function drop_lease(job_id)
 end
 
 local function forget_job(job_id)
+  local meta = redis.call('HGET', K_META, job_id)
+  if meta then
+    local _, account = split_meta(meta)
+    if redis.call('HINCRBY', K_PENDING, account, -1) <= 0 then
+      redis.call('HDEL', K_PENDING, account)
+    end
+  end
   redis.call('HDEL', K_JOBS, job_id)
   redis.call('HDEL', K_META, job_id)
   redis.call('HDEL', K_DELIVERIES, job_id)
