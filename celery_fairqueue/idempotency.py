@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, SerializationError
 
 JobKeySpec = Sequence[str] | Callable[..., Any] | None
 
@@ -19,7 +19,8 @@ def hash_identity(parts: Sequence[Any]) -> str:
         material = json.dumps(list(parts), sort_keys=True, separators=(",", ":"),
                               ensure_ascii=True, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise ConfigurationError(f"job key parts must be JSON values: {exc}") from None
+        raise SerializationError(f"job key parts must be JSON values (no NaN or infinity): "
+                                 f"{exc}") from None
     return hashlib.sha256(material.encode("ascii")).hexdigest()
 
 

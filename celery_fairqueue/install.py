@@ -11,6 +11,7 @@ from .publish import install_publish_path
 from .redaction import RedactingFilter
 from .settings import settings_for
 from .store import store_for
+from .worker.request import QuietGiveBack
 from .worker.step import FairConsumerStep
 
 # The loggers that quote a running task's arguments or errors: Celery's trace (failures with
@@ -28,6 +29,9 @@ def install(app: Celery) -> Celery:
         log = logging.getLogger(name)
         if not any(isinstance(f, RedactingFilter) for f in log.filters):
             log.addFilter(RedactingFilter())
+    trace_log = logging.getLogger("celery.app.trace")
+    if not any(isinstance(f, QuietGiveBack) for f in trace_log.filters):
+        trace_log.addFilter(QuietGiveBack())
     return app
 
 

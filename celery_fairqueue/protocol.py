@@ -36,6 +36,15 @@ last_enqueued_task_id: contextvars.ContextVar[str | None] = contextvars.ContextV
     "fairqueue_last_enqueued_task_id", default=None)
 
 
+def normalize_id(value: str) -> str:
+    """An id as it comes back from JSON (every header and record is JSON): a high surrogate
+    followed by a low one is the one character they stand for. Normalising first keeps a split
+    pair from becoming another account after a retry or a replay."""
+    if value.isascii():
+        return value
+    return value.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
+
+
 def encode_id(value: str) -> str:
     """Percent-encode an account id or queue name for the store and its events.
 
@@ -46,6 +55,7 @@ def encode_id(value: str) -> str:
         raise TypeError(f"expected a str id, got {type(value).__name__}")
     if not value:
         raise ValueError("an account id or queue name cannot be empty")
+    value = normalize_id(value)
     # a lone surrogate (os.fsdecode of a non-UTF-8 name) is kept, not refused: surrogatepass
     size = len(value.encode("utf-8", "surrogatepass"))
     if size > MAX_ID_LENGTH:

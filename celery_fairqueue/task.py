@@ -37,6 +37,7 @@ from .protocol import (
     is_fair,
     job_key_of,
     last_enqueued_task_id,
+    normalize_id,
 )
 from .redaction import masked_reprs
 from .retry import RetryPolicy
@@ -45,10 +46,16 @@ from .store import FairStore, store_for
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FairTask", "ReliableTask", "is_fair"]
+__all__ = ["FairTask", "GiveBack", "ReliableTask", "is_fair"]
 
 MAX_ERROR_CHARS = 2000
 MAX_TRACEBACK_CHARS = 20000
+
+
+class GiveBack(Reject):
+    """The fair store failed a job's own write: run it again later. For a fair task, the
+    worker's FairRequest waits a moment and does not count the delivery as a poison attempt; on
+    the broker (ReliableTask) it is Celery's requeue."""
 
 
 class ReliableTask(Task):
@@ -95,7 +102,7 @@ class ReliableTask(Task):
         if isinstance(account, bool) or not isinstance(account, (str, int)):
             raise MissingAccountError(
                 f"task {self.name}: account must be a str or int, got {type(account).__name__}")
-        return str(account)
+        return normalize_id(str(account))
 
     def business_key(self, account: str | None, args: Sequence[Any],
                      kwargs: dict[str, Any]) -> str | None:
@@ -181,10 +188,26 @@ class ReliableTask(Task):
             raise
         external_id = getattr(request, "fairqueue_external_id", None)
         if job_key:
-            with self._store_or_give_back("write its done marker"):
-                self._store().mark_done(job_key, job_id, external_id)
+            self._mark_done(job_key, job_id, external_id)
         self._emit(EventType.SUCCEEDED, job=job_id, external_id=external_id)
         return result
+
+    def _mark_done(self, job_key: str, job_id: str, external_id: str | None) -> None:
+        """Write the done marker, waiting out a store that fails for a moment (a failover, a
+        slow script) for up to ``fairqueue_enqueue_timeout``: the side effect has happened, and
+        this marker is what keeps a redelivery from repeating it. Then give the job back (a
+        redelivery asks ``already_applied``, or repeats the call with the same key)."""
+        deadline = time.monotonic() + settings_for(self.app).enqueue_timeout
+        pause = 0.1
+        while True:
+            try:
+                self._store().mark_done(job_key, job_id, external_id)
+                return
+            except StoreUnavailableError as exc:
+                if time.monotonic() + pause > deadline:
+                    raise self._give_back(exc, "write its done marker") from exc
+                time.sleep(pause)
+                pause = min(2 * pause, 1.0)
 
     def _before_run(self, job_key: str | None, job_id: str, args: Sequence[Any],
                     kwargs: dict[str, Any]) -> tuple[bool, Any]:
@@ -223,13 +246,13 @@ class ReliableTask(Task):
             logger.warning("fairqueue: %s[%s]: the %s event was not recorded: %s", self.name,
                            self.request.id, type, exc)
 
-    def _give_back(self, exc: StoreUnavailableError, doing: str) -> Reject:
-        """What to raise when the fair store failed the job's own write: a requeue, so the job
-        is neither acked away nor dead-lettered; if the requeue fails too, its lease expires
-        and the reaper returns it."""
+    def _give_back(self, exc: StoreUnavailableError, doing: str) -> GiveBack:
+        """What to raise when the fair store failed the job's own write: the job goes back,
+        neither acked away nor dead-lettered; if even that write fails, its lease expires and
+        the reaper returns it."""
         logger.warning("fairqueue: %s[%s] could not %s (%s); given back to run again",
                        self.name, self.request.id, doing, exc)
-        return Reject(f"the fair store failed: {exc}", requeue=True)
+        return GiveBack(f"the fair store failed: {exc}", requeue=True)
 
     @contextlib.contextmanager
     def _store_or_give_back(self, doing: str) -> Iterator[None]:
@@ -293,6 +316,7 @@ class FairTask(ReliableTask):
     acks_late = True
     reject_on_worker_lost = True
     Strategy = "celery_fairqueue.worker.strategy:fair_strategy"
+    Request = "celery_fairqueue.worker.request:FairRequest"
 
     def resolve_account(self, args: Sequence[Any], kwargs: dict[str, Any],
                         explicit: Any = None) -> str:

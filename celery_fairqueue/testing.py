@@ -50,7 +50,9 @@ from celery.worker.request import Request
 
 from .settings import settings_for
 from .store import ClaimedJob, FairStore, store_for
+from .task import GiveBack
 from .worker.channel import job_message, read_envelope
+from .worker.dispatcher import GIVE_BACK_SECONDS
 
 __all__ = ["FinishedJob", "fairqueue_app", "fairqueue_run", "fairqueue_store", "run_fair_jobs"]
 
@@ -98,7 +100,9 @@ def _run(app: Celery, store: FairStore, token: str, job: ClaimedJob) -> Finished
                                     loader=app.loader, app=app)
     state = info.state if info is not None else states.SUCCESS
     result = info.retval if info is not None else retval
-    if isinstance(result, Reject):
+    if isinstance(result, GiveBack):
+        store.give_back(job.queue, job.account, job.job_id, token, GIVE_BACK_SECONDS)
+    elif isinstance(result, Reject):
         if result.requeue:
             store.requeue(job.queue, job.account, job.job_id, token)
         else:

@@ -56,12 +56,12 @@ def translate(exc: redis.RedisError, url: str, command: Any = None) -> StoreUnav
     text = str(exc)
     if isinstance(exc, redis.exceptions.OutOfMemoryError) or text.startswith("OOM"):
         return StoreFullError(f"{where} is full (maxmemory){doing}: {text}")
-    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-        return StoreUnavailableError(f"{where} is unreachable{doing}: {text}")
+    # before the connection errors: redis-py makes LOADING one of them
     why = next((words for kind, code, words in _TRANSIENT_REPLIES
-                if (kind is not None and isinstance(exc, kind)) or text.startswith(code)),
-               "Redis refused the command")
-    return StoreUnavailableError(f"{where}: {why}{doing}: {text}")
+                if (kind is not None and isinstance(exc, kind)) or text.startswith(code)), None)
+    if why is None and isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return StoreUnavailableError(f"{where} is unreachable{doing}: {text}")
+    return StoreUnavailableError(f"{where}: {why or 'Redis refused the command'}{doing}: {text}")
 
 
 class _Translating:

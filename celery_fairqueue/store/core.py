@@ -27,7 +27,7 @@ from .client import StoreClient, make_client, operation
 from .keys import Keys, QueueKeys, decode_id, encode_id
 
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "extend", "reap", "trim_done",
-                "wake", "bury", "emit", "take_dead", "restore_dead", "purge_dead")
+                "wake", "bury", "emit", "take_dead", "restore_dead", "purge_dead", "give_back")
 EVENTS_CHECK_SECONDS = 5.0
 
 
@@ -213,6 +213,13 @@ class FairStore:
         """Give a leased job back to ready, in its FIFO place."""
         return bool(self._run("requeue", [self.keys.queue(queue)],
                               [job_id, token, encode_id(account)]))
+
+    def give_back(self, queue: str, account: str, job_id: str, token: str,
+                  wait: float) -> bool:
+        """A leased job whose run the store failed (full, read-only, busy) waits ``wait``
+        seconds and runs again; the failed delivery does not count toward the poison limit."""
+        return bool(self._run("give_back", [self.keys.queue(queue)],
+                              [job_id, token, encode_id(account), wait]))
 
     def reject(self, queue: str, account: str, job_id: str, token: str, reason: str) -> bool:
         """Dead-letter a leased job with ``reason``."""

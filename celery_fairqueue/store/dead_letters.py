@@ -18,7 +18,14 @@ from celery.result import AsyncResult
 
 from ..envelope import Envelope, MalformedEnvelopeError
 from ..errors import DeadLetterNotFound, FairqueueError
-from ..protocol import ACCOUNT_HEADER, NO_JOB_KEY, STORED_JOB_KEY_OPTION, is_fair, job_key_of
+from ..protocol import (
+    ACCOUNT_HEADER,
+    NO_JOB_KEY,
+    STORED_JOB_KEY_OPTION,
+    is_fair,
+    job_key_of,
+    normalize_id,
+)
 from ..redaction import redact_arguments
 from .core import FairStore, store_for
 from .keys import decode_id, encode_id
@@ -129,6 +136,7 @@ class DeadLetters:
              reason: str | None = None, since: float | None = None, until: float | None = None,
              limit: int = 100) -> list[DeadLetter]:
         """Newest first; ``reason`` matches a part of the reason, case-insensitively."""
+        account = normalize_id(account) if account is not None else None
         found: list[DeadLetter] = []
         start = 0
         while True:

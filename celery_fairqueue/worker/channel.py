@@ -35,6 +35,10 @@ class FairChannel:
     def basic_reject(self, delivery_tag: str, requeue: bool = False) -> None:
         self.dispatcher.settle(delivery_tag, "requeue" if requeue else "reject")
 
+    def give_back(self, delivery_tag: str) -> None:
+        """The run could not write to the store: again after a moment (see FairRequest)."""
+        self.dispatcher.settle(delivery_tag, "give_back")
+
 
 def read_envelope(job: ClaimedJob) -> Envelope:
     """The job's stored message, checked to be Celery's ``[args, kwargs, embed]`` in JSON;

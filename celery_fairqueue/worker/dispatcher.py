@@ -28,6 +28,9 @@ from .channel import FairChannel, job_message, read_envelope
 logger = logging.getLogger(__name__)
 
 WINDOW_REFRESH_SECONDS = 3600.0
+#: How long a job waits after its run could not write to the store: long enough that a full or
+#: read-only Redis is not asked again at once, short enough to go unnoticed after a failover.
+GIVE_BACK_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -205,7 +208,8 @@ class FairDispatcher:
     # -- settling ------------------------------------------------------------------------------
 
     def settle(self, job_id: str, outcome: str, reason: str | None = None) -> None:
-        """Release a held job: ``ack`` (done), ``requeue`` (run again) or ``reject`` (dead)."""
+        """Release a held job: ``ack`` (done), ``requeue`` (run again), ``give_back`` (the
+        store failed the run: again after a moment, not counted) or ``reject`` (dead)."""
         held = self.held.pop(job_id, None)
         if held is None:
             logger.warning("fairqueue: %s of job %s that this worker does not hold", outcome,
@@ -216,12 +220,16 @@ class FairDispatcher:
                 owned = self.store.ack(held.queue, held.account, job_id, self.token)
             elif outcome == "requeue":
                 owned = self.store.requeue(held.queue, held.account, job_id, self.token)
+            elif outcome == "give_back":
+                owned = self.store.give_back(held.queue, held.account, job_id, self.token,
+                                             GIVE_BACK_SECONDS)
             else:
                 owned = self.store.reject(held.queue, held.account, job_id, self.token,
                                           reason or "rejected by the worker (see its log)")
         except FairqueueError as exc:
             # the lease will expire and the reaper returns the job: at least once, not lost
-            logger.error("fairqueue: could not %s job %s: %s", outcome, job_id, exc)
+            logger.warning("fairqueue: could not %s job %s (its lease returns it): %s", outcome,
+                           job_id, exc)
             owned = True
         if not owned:
             logger.warning("fairqueue: job %s lost its lease before it settled (it ran longer "

@@ -283,3 +283,18 @@ def test_account_overview_has_a_row_per_account(client, login, rel):
 def test_account_overview_needs_the_view_permission(client, login, rel):
     login()
     assert client.get(reverse("admin:celery_fairqueue_job_accounts")).status_code == 403
+
+
+def test_account_overview_pages_in_the_database(client, login, rel):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    login(*VIEWER)
+    for n in range(250):
+        make_job(n, f"account-{n:03d}")
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get(reverse("admin:celery_fairqueue_job_accounts"), {"p": 2})
+    assert [row["account"] for row in page.context["rows"]] == [
+        f"account-{n:03d}" for n in range(100, 200)]
+    grouped = [q["sql"] for q in queries.captured_queries if "GROUP BY" in q["sql"]]
+    assert grouped and all("LIMIT 100" in sql or "COUNT(" in sql for sql in grouped)

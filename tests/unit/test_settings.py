@@ -46,3 +46,15 @@ def test_invalid_settings_fail_fast_naming_the_setting(name, value, message):
     app.conf[name] = value
     with pytest.raises(ConfigurationError, match=message):
         FairqueueSettings.from_app(app)
+
+
+def test_the_guide_lists_every_setting_with_its_default():
+    from dataclasses import fields
+    from pathlib import Path
+
+    from celery_fairqueue.settings import FairqueueSettings
+
+    guide = (Path(__file__).parents[2] / "docs" / "guide.md").read_text()
+    for spec in fields(FairqueueSettings):
+        assert (f"| `fairqueue_{spec.name}` | `CELERY_FAIRQUEUE_{spec.name.upper()}` | "
+                f"`{spec.default!r}` |") in guide, spec.name

@@ -1,0 +1,43 @@
+"""The request class of fair tasks: Celery's own, plus one outcome Celery does not have.
+
+A fair task whose run could not write to the fair store (its started marker, its retry, its dead
+letter) raises :class:`~celery_fairqueue.task.GiveBack`, a ``Reject(requeue=True)``. Celery would
+requeue it like a job whose worker died, which counts toward the poison limit, and at once,
+into a store that is still failing. This request, which runs in the worker's main process for
+every pool, gives it back to wait a moment instead, uncounted.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from billiard.einfo import ExceptionWithTraceback
+from celery.worker.request import Request
+from celery.worker.state import task_ready
+
+from ..task import GiveBack
+from .channel import FairChannel
+
+
+class FairRequest(Request):
+    def on_failure(self, exc_info: Any, send_failed_event: bool = True,
+                   return_ok: bool = False) -> Any:
+        exc = exc_info.exception
+        if isinstance(exc, ExceptionWithTraceback):
+            exc = exc.exc
+        channel = self.message.channel
+        if isinstance(exc, GiveBack) and isinstance(channel, FairChannel):
+            task_ready(self)
+            channel.give_back(self.message.delivery_tag)
+            return None
+        return super().on_failure(exc_info, send_failed_event, return_ok)
+
+
+class QuietGiveBack(logging.Filter):
+    """Drops Celery's traceback-laden record of a give-back from ``celery.app.trace``: the task
+    logged it already, in one line with its cause, and a Redis outage would otherwise write a
+    traceback for every job it touches."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], GiveBack))
