@@ -11,7 +11,7 @@ venv: $(STAMP)
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,django]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,django,postgres]'
 	touch $@
 
 services:

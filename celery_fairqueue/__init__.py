@@ -15,7 +15,7 @@ from .errors import (
     StoreFullError,
     StoreUnavailableError,
 )
-from .install import clear_account_limit, get_account_limit, install, set_account_limit
+from .install import cancel, clear_account_limit, get_account_limit, install, set_account_limit
 from .limits import AccountLimit
 from .retry import PermanentError, RetryableError, RetryPolicy
 from .store import DeadLetter, DeadLetters, store_for
@@ -45,6 +45,7 @@ __all__ = [
     "SerializationError",
     "StoreFullError",
     "StoreUnavailableError",
+    "cancel",
     "clear_account_limit",
     "get_account_limit",
     "install",

@@ -30,6 +30,7 @@ from .reports import (
     purge_each,
     purge_selection,
     replay_each,
+    scheduled_report,
     status_report,
 )
 from .store import DeadLetters, StoreInspector
@@ -95,6 +96,21 @@ def accounts(ctx: click.Context, queues: list[str] | None, account: str | None, 
     inspector = StoreInspector(_app(ctx))
     page = inspector.accounts(queues, account=account, limit=limit)
     ctx.obj.echo(accounts_report(page, inspector.store.server_time()))
+
+
+@fairqueue.command(cls=StoreCommand)
+@queues_option
+@click.option("--limit", cls=CeleryOption, type=click.IntRange(1), default=50,
+              show_default=True, help_group="Store Options", help="Most jobs to show.")
+@click.pass_context
+def scheduled(ctx: click.Context, queues: list[str] | None, limit: int, **kwargs: Any) -> None:
+    """Fair jobs waiting for their time (eta, countdown, retry backoff), soonest first.
+
+    They wait in the fair store, not in a worker, so `celery inspect scheduled` does not show
+    them."""
+    inspector = StoreInspector(_app(ctx))
+    ctx.obj.echo(scheduled_report(inspector.scheduled(queues, limit),
+                                  inspector.store.server_time()))
 
 
 @fairqueue.group()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import Celery
 
+from .errors import StoreUnavailableError
 from .limits import AccountLimit
 from .publish import install_publish_path
 from .redaction import RedactingFilter
@@ -17,12 +19,14 @@ from .worker.step import FairConsumerStep
 # The loggers that quote a running task's arguments or errors: Celery's trace (failures with
 # their traceback, return values) and this package's task module.
 REDACTED_LOGGERS = ("celery.app.trace", "celery_fairqueue.task")
+logger = logging.getLogger(__name__)
 
 
 def install(app: Celery) -> Celery:
     """Make ``app`` fair-queue its FairTask tasks; idempotent, returns the app."""
     settings_for(app)
     install_publish_path(app)
+    install_revoke(app)
     if FairConsumerStep not in app.steps["consumer"]:
         app.steps["consumer"].add(FairConsumerStep)
     for name in REDACTED_LOGGERS:
@@ -52,3 +56,33 @@ def clear_account_limit(app: Celery, account: str) -> None:
 def get_account_limit(app: Celery, account: str) -> AccountLimit | None:
     """The account's own limit, or None when the default applies."""
     return store_for(app).get_limit(str(account))
+
+
+def cancel(app: Celery, task_id: str) -> bool:
+    """Take a fair job that still waits (ready, deferred or delayed) out of the store, and
+    record it as revoked; False when it is not waiting (running, finished, or unknown)."""
+    cancelled = store_for(app).cancel(task_id)
+    if cancelled:
+        app.backend.mark_as_revoked(task_id, reason="cancelled while waiting in the fair store")
+    return bool(cancelled)
+
+
+def install_revoke(app: Celery) -> None:
+    """Make ``app.control.revoke`` (and ``AsyncResult.revoke``) also take revoked fair jobs out
+    of the store at once, whatever workers run; Celery's broadcast still stops running ones."""
+    control = app.control
+    broadcast_revoke = control.revoke
+    if getattr(broadcast_revoke, "fairqueue", False):
+        return
+
+    def revoke(task_id: str | list[str], *args: Any, **kwargs: Any) -> Any:
+        for one in [task_id] if isinstance(task_id, str) else list(task_id):
+            try:
+                cancel(app, one)
+            except StoreUnavailableError as exc:
+                logger.warning("fairqueue: revoked %s may still wait in the fair store: %s",
+                               one, exc)
+        return broadcast_revoke(task_id, *args, **kwargs)
+
+    revoke.fairqueue = True  # type: ignore[attr-defined]
+    control.revoke = revoke

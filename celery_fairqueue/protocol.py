@@ -8,6 +8,7 @@ the event stream (event types and field names). Nothing here talks to Redis.
 from __future__ import annotations
 
 import contextvars
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -77,9 +78,15 @@ def job_key_of(headers: Mapping[str, Any] | Any) -> str | None:
     return get(JOB_KEY_HEADER) or get(LEGACY_JOB_KEY_HEADER) or None
 
 
-def delivery_id(task_id: str, retries: int) -> str:
-    """The store's id of one delivery: Celery reuses the task id on retry, so add the count."""
-    return f"{task_id}:{retries}"
+def delivery_id(task_id: str, retries: int, replaced: int = 0) -> str:
+    """The store's id of one delivery: Celery reuses the task id on retry, so add the count;
+    and ``Task.replace`` gives the replacement the replaced task's id while that one still
+    runs, so a replacement (its ``replaced_task_nesting``) is marked too: ``<id>~<n>:<retries>``.
+    """
+    return f"{task_id}~{replaced}:{retries}" if replaced else f"{task_id}:{retries}"
+
+
+_REPLACED = re.compile(r"^(.+)~\d+$")
 
 
 def parse_delivery_id(job_id: str) -> tuple[str, int]:
@@ -87,7 +94,18 @@ def parse_delivery_id(job_id: str) -> tuple[str, int]:
     task_id, _, retries = job_id.rpartition(":")
     if not task_id or not retries.removeprefix("-").isdigit():
         return job_id, 0
-    return task_id, int(retries)
+    replaced = _REPLACED.match(task_id)
+    return (replaced.group(1) if replaced else task_id), int(retries)
+
+
+def delivery_of(request_or_headers: Any) -> str:
+    """The delivery id of a message's headers (a mapping) or of a running task's request."""
+    get = request_or_headers.get if isinstance(request_or_headers, Mapping) else (
+        lambda name: getattr(request_or_headers, name, None))
+    retries, replaced = get("retries"), get("replaced_task_nesting")
+    return delivery_id(str(get("id") or ""),
+                       retries if isinstance(retries, int) and retries > 0 else 0,
+                       replaced if isinstance(replaced, int) and replaced > 0 else 0)
 
 
 def task_id_of(job_id: str) -> str:
@@ -96,8 +114,11 @@ def task_id_of(job_id: str) -> str:
 
 
 def is_fair(task: Any) -> bool:
-    """Whether ``task`` is fair-queued (a FairTask), without importing the task classes."""
-    return getattr(task, "fair_queued", False) is True
+    """Whether ``task`` is fair-queued (a FairTask), without importing the task classes.
+    Celery's own tasks (``celery.chord_unlock``, ``celery.ping``, ...) stay on the broker even
+    when ``task_cls`` makes every task of an app a FairTask."""
+    return getattr(task, "fair_queued", False) is True and not str(
+        getattr(task, "name", "")).startswith("celery.")
 
 
 # -- the event stream ---------------------------------------------------------------------------
@@ -114,6 +135,7 @@ class EventType:
     DEAD = "dead"
     ACCOUNT_DEFERRED = "account_deferred"
     ACCOUNT_READY = "account_ready"
+    CANCELLED = "cancelled"  # taken out of the store waiting (revoked, or cancel())
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     RETRYING = "retrying"

@@ -20,12 +20,11 @@ from kombu.serialization import dumps
 
 from .envelope import JSON_CONTENT_TYPE, Envelope
 from .errors import PayloadTooLargeError, SerializationError
-from .idempotency import bound_arguments
 from .protocol import (
     ACCOUNT_HEADER,
     JOB_KEY_HEADER,
     LEGACY_JOB_KEY_HEADER,
-    delivery_id,
+    delivery_of,
     is_fair,
     last_enqueued_task_id,
 )
@@ -109,13 +108,16 @@ def publish_fair(app: Celery, task: FairTask, producer: Any, message: Any,
         sender=task.name, body=body, exchange="", routing_key=qname, declare=[],
         headers=headers, properties=properties, retry_policy={})
     envelope = encode_envelope(app, task.name, data, headers, properties)
-    retries = int(headers.get("retries") or 0)
+    # a retry, or a replacement (Task.replace), is the next delivery of a job already stored:
+    # never deduplicated against the business key it holds itself
+    first = not headers.get("retries") and not headers.get("replaced_task_nesting")
     result = store_for(app).enqueue(
-        queue=qname, account=account, job_id=delivery_id(headers["id"], retries),
+        queue=qname, account=account, job_id=delivery_of(headers),
         envelope=envelope, due=eta_timestamp(app, headers.get("eta")), job_key=job_key,
-        dedupe=retries == 0, task=task.name, replays=options.get("fairqueue_replays") or "",
+        dedupe=first, task=task.name, priority=_priority(properties.get("priority")),
+        replays=options.get("fairqueue_replays") or "",
         shown_args=json.dumps(
-            redact_arguments((), bound_arguments(task.run, args, kwargs), task.redact)["kwargs"],
+            redact_arguments((), task.named_arguments(args, kwargs), task.redact)["kwargs"],
             default=str))
     if result.created:
         signals.after_task_publish.send(
@@ -153,3 +155,8 @@ def encode_envelope(app: Celery, task_name: str, data: str, headers: dict[str, A
             f"is over fairqueue_max_payload_bytes={limit}; store large data elsewhere and pass "
             "its id")
     return envelope
+
+
+def _priority(value: Any) -> int:
+    """Celery's ``priority`` as the Redis transport reads it: 0 (the default) first, 9 last."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

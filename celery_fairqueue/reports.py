@@ -21,7 +21,7 @@ from .errors import DeadLetterNotFound, FairqueueError, StoreUnavailableError
 from .idempotency import bound_arguments
 from .limits import AccountLimit
 from .redaction import redact_arguments
-from .store import AccountPage, DeadLetter, DeadLetters, StoreStatus, store_for
+from .store import AccountPage, DeadLetter, DeadLetters, ScheduledJob, StoreStatus, store_for
 from .tables import ago, duration, moment, render
 
 HIDDEN_ARGS = "(hidden: --show-args shows them, redacted)"
@@ -78,6 +78,15 @@ def accounts_report(page: AccountPage, now: float) -> str:
     if not page.complete:
         footer += " The listing stopped at --limit; use --account NAME for one account."
     return f"{table}\n\n{footer}"
+
+
+def scheduled_report(jobs: Sequence[ScheduledJob], now: float) -> str:
+    """Jobs waiting for their time, soonest first."""
+    if not jobs:
+        return "No fair job waits for its time (eta, countdown or retry backoff)."
+    return render(["JOB", "QUEUE", "ACCOUNT", "TASK", "DUE IN"],
+                  [[j.job_id, j.queue, j.account, j.task or "?", duration(j.due - now)]
+                   for j in jobs])
 
 
 def shown_arguments(app: Celery, letter: DeadLetter) -> str:

@@ -2,7 +2,8 @@
 
 Retryable: timeouts, connection errors, HTTP 408, 429 and 5xx (the status is looked up on the
 exception or its ``.response``, as requests and httpx raise them). Permanent: other HTTP 4xx,
-:class:`PermanentError`, and the types given as ``permanent``. Anything else follows ``unknown``.
+:class:`PermanentError`, and the types given as ``permanent``. Anything else follows ``unknown``,
+permanent unless the policy says ``unknown="retry"``.
 The delay is full jitter, ``uniform(0, min(cap, base * 2**attempt))``; a ``Retry-After`` (seconds
 or an HTTP date, on the exception or the response headers) wins over it.
 """
@@ -102,7 +103,9 @@ class RetryPolicy:
     """How a failing job is retried: ``max_attempts`` runs in all, full-jitter backoff.
 
     ``retryable`` and ``permanent`` are exception types that override the built-in rules;
-    ``unknown`` ("retry" or "permanent") decides for exceptions no rule covers. ``random`` and
+    ``unknown`` decides for exceptions no rule covers: "permanent" (the default: an input that
+    fails the same way every time should not wait minutes for its dead letter, and plain Celery
+    retries nothing unless asked) or "retry". ``random`` and
     ``clock`` can be injected for tests.
     """
 
@@ -111,7 +114,7 @@ class RetryPolicy:
     max_attempts: int = 8
     retryable: tuple[type[BaseException], ...] = ()
     permanent: tuple[type[BaseException], ...] = ()
-    unknown: str = "retry"
+    unknown: str = "permanent"
     random: Callable[[float, float], float] = field(default=random.uniform, compare=False)
     clock: Callable[[], float] = field(default=time.time, compare=False)
 

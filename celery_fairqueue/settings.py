@@ -53,6 +53,9 @@ class FairqueueSettings:
         "0: no bound.")
     max_retry_delay: float = _setting(
         86400.0, "Longest wait before a retry: a longer Retry-After or backoff is cut to it.")
+    default_account: str | None = _setting(
+        None, "Account of a fair job that names none (no account= and no account_arg value); "
+        "unset, such a job is refused with MissingAccountError.")
     default_rate: str | None = _setting(None, "Rate of accounts without their own limit.")
     default_burst: float | None = _setting(None, "Burst of accounts without their own limit.")
     default_concurrency: int | None = _setting(

@@ -32,7 +32,7 @@ from .protocol import (
     MAX_ID_LENGTH,
     STORED_JOB_KEY_OPTION,
     EventType,
-    delivery_id,
+    delivery_of,
     encode_id,
     is_fair,
     job_key_of,
@@ -63,11 +63,14 @@ class ReliableTask(Task):
 
     Options (class attributes, or ``@app.task(base=..., ...)`` keywords): ``job_key`` is a
     tuple of argument names, or a callable taking the task's arguments, that identifies the job;
-    ``retry_policy`` a :class:`RetryPolicy`; ``account_arg`` the argument holding the account;
-    ``redact`` the argument names masked wherever a dead letter is shown.
+    ``retry_policy`` a :class:`RetryPolicy`; ``account_arg`` the argument holding the account,
+    ``default_account`` the account of a job that names none (else
+    ``fairqueue_default_account``); ``redact`` the argument names masked wherever a dead letter
+    is shown.
     """
 
     account_arg: str | None = None
+    default_account: str | None = None
     job_key: JobKeySpec = None
     retry_policy: RetryPolicy = RetryPolicy()
     redact: Sequence[str] = ()
@@ -91,12 +94,25 @@ class ReliableTask(Task):
         # read from the class: a function stored as attribute would bind as a method
         return inspect.getattr_static(cls, "job_key")
 
+    def named_arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The arguments by parameter name. With ``typing=False`` Celery sends a call that does
+        not fit the signature (to fail in the worker), so only its keywords are named then."""
+        try:
+            return bound_arguments(self.run, args, kwargs)
+        except TypeError:
+            if self.typing:
+                raise
+            return dict(kwargs)
+
     def account_of(self, args: Sequence[Any], kwargs: dict[str, Any],
                    explicit: Any = None) -> str | None:
-        """The account of a job: an explicit ``account=`` wins over ``account_arg``."""
+        """The account of a job: an explicit ``account=`` wins over ``account_arg``, which wins
+        over the task's ``default_account`` and then ``fairqueue_default_account``."""
         account = explicit
         if account is None and self.account_arg:
-            account = bound_arguments(self.run, args, kwargs).get(self.account_arg)
+            account = self.named_arguments(args, kwargs).get(self.account_arg)
+        if account is None or account == "":
+            account = self.default_account or settings_for(self.app).default_account
         if account is None or account == "":
             return None
         if isinstance(account, bool) or not isinstance(account, (str, int)):
@@ -106,8 +122,13 @@ class ReliableTask(Task):
 
     def business_key(self, account: str | None, args: Sequence[Any],
                      kwargs: dict[str, Any]) -> str | None:
-        return compute_job_key(self.name, account or "", self.job_key_spec(), self.run, args,
-                               kwargs)
+        try:
+            return compute_job_key(self.name, account or "", self.job_key_spec(), self.run,
+                                   args, kwargs)
+        except TypeError:
+            if self.typing:
+                raise
+            return None  # typing=False and a call that does not bind: it fails in the worker
 
     def job_key_for(self, account: str | None, args: Sequence[Any], kwargs: dict[str, Any],
                     options: dict[str, Any]) -> str | None:
@@ -147,6 +168,17 @@ class ReliableTask(Task):
         return super().apply_async(args, kwargs, task_id=task_id, producer=producer, link=link,
                                    link_error=link_error, shadow=shadow, **options)
 
+    def retry(self, *args: Any, **kwargs: Any) -> Any:
+        """Celery's retry; when it gives up (the task's own ``max_retries`` used up), the job is
+        dead-lettered as such rather than retried again by the policy."""
+        try:
+            return super().retry(*args, **kwargs)
+        except (Retry, Reject):
+            raise
+        except Exception:
+            self.request.fairqueue_gave_up = True
+            raise
+
     # -- running -------------------------------------------------------------------------------
 
     def already_applied(self, job_key: str, *args: Any, **kwargs: Any) -> Any:
@@ -168,7 +200,7 @@ class ReliableTask(Task):
             return super().__call__(*args, **kwargs)
         job_key = job_key_of(request)
         request.job_key = job_key  # the public name, whichever header carried it
-        job_id = delivery_id(request.id, request.retries or 0)
+        job_id = delivery_of(request)
         with self._store_or_give_back("read or write its started marker"):
             answered, value = self._before_run(job_key, job_id, args, kwargs)
         if answered:
@@ -274,7 +306,8 @@ class ReliableTask(Task):
         attempts = (request.retries or 0) + 1
         verdict = policy.classify(exc)
         first_failure = getattr(request, FIRST_FAILURE_HEADER, None) or time.time()
-        if verdict.retryable and not policy.exhausted(attempts):
+        gave_up = getattr(request, "fairqueue_gave_up", False)  # the task's own retries
+        if verdict.retryable and not policy.exhausted(attempts) and not gave_up:
             delay = self.retry_delay(policy.delay(attempts - 1, exc))
             logger.info("fairqueue: %s[%s] attempt %d failed (%s); retrying in %.1fs",
                         self.name, request.id, attempts, verdict.reason, delay)
@@ -283,7 +316,7 @@ class ReliableTask(Task):
                        reason=verdict.reason, due=time.time() + delay)
             raise self.retry(exc=exc, countdown=delay, max_retries=policy.max_attempts,
                              headers=headers)
-        reason = verdict.reason if not verdict.retryable else (
+        reason = verdict.reason if not (verdict.retryable or gave_up) else (
             f"gave up after {attempts} attempts: {verdict.reason}")
         logger.error("fairqueue: %s[%s] dead-lettered after %d attempt(s): %s", self.name,
                      request.id, attempts, reason)

@@ -9,7 +9,15 @@ from .core import Claim, ClaimedJob, EnqueueResult, FairStore, store_for
 from .dead_letters import DeadLetter, DeadLetterNotFound, DeadLetters
 from .events import RECORDER_GROUP, EventReader, Leadership
 from .keys import Keys, QueueKeys
-from .views import AccountPage, AccountRow, PausedAccount, QueueStatus, StoreInspector, StoreStatus
+from .views import (
+    AccountPage,
+    AccountRow,
+    PausedAccount,
+    QueueStatus,
+    ScheduledJob,
+    StoreInspector,
+    StoreStatus,
+)
 
 __all__ = [
     "RECORDER_GROUP",
@@ -28,6 +36,7 @@ __all__ = [
     "PausedAccount",
     "QueueKeys",
     "QueueStatus",
+    "ScheduledJob",
     "StoreInspector",
     "StoreStatus",
     "store_for",

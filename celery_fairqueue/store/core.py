@@ -21,14 +21,16 @@ from celery import Celery
 
 from ..errors import BacklogFullError, DeadLetterNotFound
 from ..limits import AccountLimit
-from ..protocol import NO_JOB_KEY, event_fields, task_id_of
+from ..protocol import NO_JOB_KEY, delivery_id, event_fields, task_id_of
 from ..settings import FairqueueSettings, settings_for
 from .client import StoreClient, make_client, operation
 from .keys import Keys, QueueKeys, decode_id, encode_id
 
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "extend", "reap", "trim_done",
-                "wake", "bury", "emit", "take_dead", "restore_dead", "purge_dead", "give_back")
+                "wake", "bury", "emit", "take_dead", "restore_dead", "purge_dead", "give_back",
+                "cancel")
 EVENTS_CHECK_SECONDS = 5.0
+MAX_DELIVERY_LOOKUP = 4096  # retries of one task that cancel looks through
 
 
 def load_script_source(name: str) -> str:
@@ -156,22 +158,25 @@ class FairStore:
     def _enqueue_args(self, *, queue: str, account: str, job_id: str, envelope: str,
                       due: float | None = None, job_key: str | None = None,
                       dedupe: bool = True, task: str = "", shown_args: str = "",
-                      replays: str = "") -> list[Any]:
+                      replays: str = "", priority: int | None = None) -> list[Any]:
         return [job_id, encode_id(account), encode_id(queue), envelope, due or 0,
                 encode_id(job_key) if job_key else NO_JOB_KEY, "1" if dedupe else "0",
                 self.settings.job_retention, task, shown_args, replays,
-                self.settings.max_pending_per_account, self.settings.max_pending]
+                self.settings.max_pending_per_account, self.settings.max_pending,
+                min(max(int(priority or 0), 0), 9)]
 
     def enqueue(self, *, queue: str, account: str, job_id: str, envelope: str,
                 due: float | None = None, job_key: str | None = None,
                 dedupe: bool = True, task: str = "", shown_args: str = "",
-                replays: str = "") -> EnqueueResult:
+                replays: str = "", priority: int | None = None) -> EnqueueResult:
         """Store a job; an existing delivery or pending/running/recently done key is reused.
         ``replays`` names the dead letter this job replays: it leaves the dead-letter queue in
-        the same step, or :class:`DeadLetterNotFound` says someone else took it first."""
+        the same step, or :class:`DeadLetterNotFound` says someone else took it first.
+        ``priority`` (0-9, 0 first) orders the job among its account's own."""
         args = self._enqueue_args(queue=queue, account=account, job_id=job_id,
                                   envelope=envelope, due=due, job_key=job_key, dedupe=dedupe,
-                                  task=task, shown_args=shown_args, replays=replays)
+                                  task=task, shown_args=shown_args, replays=replays,
+                                  priority=priority)
         return EnqueueResult.from_reply(self._run("enqueue", [self.keys.queue(queue)], args))
 
     def enqueue_many(self, jobs: Iterable[dict[str, Any]], chunk: int = 1000
@@ -213,6 +218,26 @@ class FairStore:
         """Give a leased job back to ready, in its FIFO place."""
         return bool(self._run("requeue", [self.keys.queue(queue)],
                               [job_id, token, encode_id(account)]))
+
+    def cancel(self, task_id: str) -> list[str]:
+        """Take the waiting deliveries of a Celery task out of the store (a revoke); returns
+        the delivery ids cancelled. A running one stays: Celery's revoke stops it in its worker.
+        Deliveries follow each other (``id:0``, ``id:1``, ...) and earlier ones are forgotten,
+        so they are looked up in pages until a page holds none after one that did."""
+        cancelled: list[str] = []
+        seen = False
+        for start in range(0, MAX_DELIVERY_LOOKUP, 64):
+            ids = [delivery_id(task_id, n) for n in range(start, start + 64)]
+            metas = self.client.hmget(self.keys.meta, ids)
+            found = [(job_id, meta) for job_id, meta in zip(ids, metas, strict=True) if meta]
+            for job_id, meta in found:
+                queue = decode_id(str(meta).split(" ", 1)[0])
+                if self._run("cancel", [self.keys.queue(queue)], [job_id]) == 1:
+                    cancelled.append(job_id)
+            if seen and not found:
+                break
+            seen = seen or bool(found)
+        return cancelled
 
     def give_back(self, queue: str, account: str, job_id: str, token: str,
                   wait: float) -> bool:

@@ -12,6 +12,7 @@ from typing import Literal
 
 from celery import Celery
 
+from ..envelope import Envelope, MalformedEnvelopeError
 from ..limits import AccountLimit
 from .core import store_for
 from .keys import QueueKeys, decode_id, encode_id
@@ -67,6 +68,22 @@ class AccountPage:
     rows: list[AccountRow]
     accounts_ready: int  # per the store's count, over all queues asked about
     complete: bool  # False when the bound cut the listing short
+
+
+@dataclass(frozen=True)
+class ScheduledJob:
+    queue: str
+    job_id: str
+    due: float  # Redis server time at which it becomes ready
+    account: str | None
+    task: str | None
+
+
+def _task_name(envelope: str | None) -> str | None:
+    try:
+        return str(Envelope.from_json(envelope).task_name) if envelope else None
+    except MalformedEnvelopeError:
+        return None
 
 
 class StoreInspector:
@@ -161,3 +178,23 @@ class StoreInspector:
                 return total, False
             total += int(value)
         return total, True
+
+    def scheduled(self, queues: list[str] | None = None, limit: int = 50) -> list[ScheduledJob]:
+        """Jobs waiting for their time (eta, countdown, a retry's backoff), soonest first: what
+        ``celery inspect scheduled`` shows for plain tasks, which keep them in worker memory."""
+        found: list[ScheduledJob] = []
+        for queue in self.queues(queues):
+            due: list[tuple[str, float]] = self.client.zrange(  # type: ignore[assignment]
+                self.keys.queue(queue).delayed, 0, limit - 1, withscores=True)
+            ids = [job_id for job_id, _ in due]
+            if not ids:
+                continue
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hmget(self.keys.meta, ids)
+            pipe.hmget(self.keys.jobs, ids)
+            metas, envelopes = pipe.execute()
+            for (job_id, when), meta, envelope in zip(due, metas, envelopes, strict=True):
+                found.append(ScheduledJob(
+                    queue, job_id, float(when),
+                    decode_id(meta.split(" ")[1]) if meta else None, _task_name(envelope)))
+        return sorted(found, key=lambda job: job.due)[:limit]

@@ -63,5 +63,6 @@ def job_message(job: ClaimedJob, envelope: Envelope, channel: Any) -> Message:
         content_encoding=envelope.content_encoding, headers=headers,
         properties=envelope.properties, channel=channel, accept=ACCEPT,
         delivery_info={"exchange": "", "routing_key": job.queue,
-                       "redelivered": job.deliveries > 1},
+                       "redelivered": job.deliveries > 1,
+                       "priority": envelope.properties.get("priority")},
     )

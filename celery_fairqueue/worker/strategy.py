@@ -14,7 +14,7 @@ from celery.worker.strategy import default
 
 from ..envelope import Envelope
 from ..errors import StoreUnavailableError
-from ..protocol import ACCOUNT_HEADER, JOB_KEY_HEADER, delivery_id
+from ..protocol import ACCOUNT_HEADER, JOB_KEY_HEADER, delivery_of
 from ..store import store_for
 from ..task import FairTask
 from .channel import FairChannel
@@ -50,9 +50,7 @@ def adopt(app: Any, task: FairTask, message: Any) -> None:
     """Store a fair task's message that came through the broker; dead-letter it, with why, if
     it cannot be queued (undecodable, not JSON, no account). Only a store failure raises."""
     headers = dict(message.headers or {})
-    retries = headers.get("retries")
-    job_id = delivery_id(str(headers.get("id", "")),
-                         retries if isinstance(retries, int) and retries >= 0 else 0)
+    job_id = delivery_of(headers)
     store = store_for(app)
     body = message.body
     envelope = Envelope(
@@ -78,6 +76,7 @@ def adopt(app: Any, task: FairTask, message: Any) -> None:
     headers[JOB_KEY_HEADER] = job_key
     queue = message.delivery_info.get("routing_key") or app.conf.task_default_queue
     store.enqueue(queue=queue, account=account, job_id=job_id, envelope=envelope.to_json(),
-                  job_key=job_key, dedupe=not retries, task=task.name)
+                  job_key=job_key, task=task.name, priority=message.properties.get("priority"),
+                  dedupe=not headers.get("retries") and not headers.get("replaced_task_nesting"))
     logger.info("fairqueue: moved %s[%s] from the broker into the fair store", task.name,
                 headers.get("id"))

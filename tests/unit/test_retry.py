@@ -66,8 +66,9 @@ def test_reason_says_why():
 
 
 def test_unclassified_exceptions_follow_the_policy():
-    assert RetryPolicy().classify(KeyError("x")).retryable
-    assert not RetryPolicy(unknown="permanent").classify(KeyError("x")).retryable
+    # the contract changed in round 2: by default only transient failures retry
+    assert not RetryPolicy().classify(KeyError("x")).retryable
+    assert RetryPolicy(unknown="retry").classify(KeyError("x")).retryable
 
 
 def test_listed_types_override_the_built_in_rules():

@@ -42,6 +42,7 @@ STATUS_COLOURS = {
     Job.Status.SUCCEEDED: "#2e7d32",
     Job.Status.FAILED: "#c05600",
     Job.Status.DEAD: "#b00020",
+    Job.Status.REVOKED: "#555555",
 }
 ERROR_COLUMN_WIDTH = 40
 

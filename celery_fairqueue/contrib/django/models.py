@@ -19,6 +19,7 @@ class Job(models.Model):
         SUCCEEDED = "succeeded"
         FAILED = "failed"
         DEAD = "dead"
+        REVOKED = "revoked"
 
     job_key = models.CharField(
         max_length=200, unique=True,

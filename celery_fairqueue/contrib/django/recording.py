@@ -23,7 +23,7 @@ logger = logging.getLogger("celery_fairqueue.contrib.django.recorder")
 Status = Job.Status
 Outcome = Attempt.Outcome
 NO_OUTCOME = "settled without an outcome (revoked or rejected)"
-FINAL = (Status.SUCCEEDED, Status.DEAD)
+FINAL = (Status.SUCCEEDED, Status.DEAD, Status.REVOKED)
 JOB_FIELDS = ["task_id", "delivery_id", "task", "queue", "account", "status", "attempts", "args",
               "enqueued_at", "next_run_at", "started_at", "finished_at", "last_error",
               "external_id", "worker", "updated_at"]
@@ -344,6 +344,12 @@ class Batch:
         job.status, job.next_run_at = Status.READY, None
         self.close_attempt(event, Outcome.REQUEUED,
                            event.reason or "given back by the worker")
+
+    def on_cancelled(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None or job.status in FINAL:
+            return
+        job.status, job.finished_at, job.next_run_at = Status.REVOKED, _time(event.at), None
 
     def on_acked(self, event: Event) -> None:
         job = self.job_for(event)

@@ -7,7 +7,9 @@
 --       retention in seconds, [9] task name and [10] redacted arguments (JSON), for the event
 --       only, [11] the id of the dead letter this job replays, or "": the letter leaves the
 --       dead-letter queue with the store of its replay, in one step, [12] most pending jobs of
---       one account (0: no bound), [13] most jobs in the store (0: no bound).
+--       one account (0: no bound), [13] most jobs in the store (0: no bound), [14] the job's
+--       priority, one digit, 0 first (Celery's priority as the Redis transport reads it): the
+--       first digit of its place in the account's FIFO, so it orders jobs within the account.
 -- Returns {status, job_id}: status 1 ready, 2 delayed, 0 already stored (job_id is the existing
 -- one), 3 the dead letter to replay is gone (replayed or purged already), 4 the account has
 -- [12] pending jobs, 5 the store holds [13] jobs; nothing is stored for 3, 4 and 5.
@@ -58,7 +60,7 @@ if job_key ~= '-' then
   redis.call('ZREM', K_DONE, job_key)
 end
 
-local seq = string.format('%015d', redis.call('INCR', K_SEQ))
+local seq = ARGV[14] .. string.format('%015d', redis.call('INCR', K_SEQ))
 redis.call('HSET', K_JOBS, job_id, envelope)
 redis.call('HSET', K_META, job_id, queue .. ' ' .. account .. ' ' .. seq .. ' ' .. job_key)
 redis.call('HINCRBY', K_PENDING, account, 1)

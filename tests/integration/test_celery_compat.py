@@ -1,0 +1,111 @@
+"""Drop-in behaviour: an app made fair as a whole (``task_cls``) behaves as Celery users expect
+(failure semantics, retry options, typing, revoke, builtin tasks, scheduled jobs)."""
+
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+from celery import states
+
+from celery_fairqueue import DeadLetters, cancel
+from celery_fairqueue.protocol import is_fair
+from celery_fairqueue.store import store_for
+from celery_fairqueue.testing import run_fair_jobs
+from tests.harness import REDIS_URL_ENV
+
+
+@pytest.fixture
+def compat(redis_server, redis_client):
+    return importlib.import_module("tests.apps.compat")
+
+
+def test_celery_builtin_tasks_stay_on_the_broker_under_a_fair_task_cls(compat):
+    assert is_fair(compat.add)
+    builtins = [name for name in compat.app.tasks if name.startswith("celery.")]
+    assert builtins and not any(is_fair(compat.app.tasks[name]) for name in builtins)
+
+
+def test_a_task_with_no_account_runs_under_fairqueue_default_account(compat):
+    compat.add.delay(2, 3)
+    [job] = run_fair_jobs(compat.app)
+    assert (job.account, job.state, job.result) == ("shared", "SUCCESS", 5)
+
+
+def test_an_unclassified_exception_fails_at_once_into_the_dead_letters(compat, redis_client):
+    result = compat.boom.delay(1)
+    [job] = run_fair_jobs(compat.app)
+    assert job.state == states.FAILURE
+    assert redis_client.hget("attempts", "boom:1") == "1"  # no retries
+    [letter] = DeadLetters(compat.app).list()
+    assert "ValueError" in letter.reason and letter.attempts == 1
+    assert result.state == states.FAILURE
+
+
+def test_a_tasks_own_max_retries_is_honoured_then_it_is_dead_lettered(compat, redis_client):
+    compat.flaky.delay(1)
+    ran = []
+    for _ in range(10):  # the retries wait their (zero) countdown in the store
+        ran += run_fair_jobs(compat.app)
+        if DeadLetters(compat.app).count():
+            break
+    assert [job.state for job in ran] == ["RETRY", "RETRY", "FAILURE"]
+    assert redis_client.hget("attempts", "flaky:1") == "3"  # max_retries=2: three attempts
+    [letter] = DeadLetters(compat.app).list()
+    assert letter.reason.startswith("gave up after 3 attempts")
+
+
+def test_typing_false_is_honoured_a_call_that_does_not_fit_is_sent(compat):
+    compat.untyped.delay(1, 2, 3)  # Celery sends it; it fails in the worker, not the caller
+    [job] = run_fair_jobs(compat.app)
+    assert job.state == states.FAILURE and isinstance(job.result, TypeError)
+
+
+def test_revoked_pending_job_leaves_the_store(compat):
+    store = store_for(compat.app)
+    later = compat.add.apply_async((1, 1), countdown=600)
+    now = compat.add.delay(2, 2)
+    assert store.counts("celery")["delayed"] == 1 and store.counts("celery")["ready"] == 1
+    later.revoke()  # no worker runs: the store itself lets go of it
+    assert cancel(compat.app, now.id)
+    counts = store.counts("celery")
+    assert (counts["delayed"], counts["ready"]) == (0, 0)
+    assert later.state == now.state == states.REVOKED
+    assert not cancel(compat.app, now.id)  # gone already
+    assert run_fair_jobs(compat.app) == []
+
+
+def test_fairqueue_scheduled_lists_what_waits_for_its_time(compat, redis_url):
+    compat.add.apply_async((1, 2), countdown=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "tests.apps.compat", "fairqueue", "scheduled"],
+        env={**os.environ, REDIS_URL_ENV: redis_url}, capture_output=True, text=True,
+        timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "tests.apps.compat.add" in out.stdout and "shared" in out.stdout
+
+
+def test_replace_in_a_chain_runs_the_replacement(compat, celery_worker_factory):
+    from celery import chain
+
+    celery_worker_factory("tests.apps.compat", concurrency=4)
+    assert compat.replaced.delay(1).get(timeout=20) == 2
+    assert chain(compat.replaced.s(1), compat.add.s(10)).delay().get(timeout=20) == 12
+
+
+def test_priority_orders_jobs_within_an_account_and_accounts_still_rotate(fair, fair_store):
+    for n in range(3):
+        fair.job.apply_async(("busy", n), priority=9)
+    fair.job.apply_async(("busy", 9), priority=0)  # urgent, enqueued last
+    fair.job.apply_async(("calm", 1))
+    ran = [(job.account, job.result) for job in run_fair_jobs(fair.app)]
+    assert ran[0] == ("busy", 9)  # before its account's earlier priority-9 jobs ...
+    assert ran[1] == ("calm", 1)  # ... but not before the next account's turn
+    assert ran[2:] == [("busy", 0), ("busy", 1), ("busy", 2)]  # FIFO within a priority
+
+
+def test_delivery_info_priority_is_set_as_the_redis_transport_sets_it(fair, fair_store):
+    fair.context.apply_async(("acme",), account="acme", priority=3)
+    [job] = run_fair_jobs(fair.app)
+    assert job.result["delivery_info"]["priority"] == 3
