@@ -18,7 +18,7 @@ from celery import Celery
 import celery_fairqueue
 from celery_fairqueue import FairTask, RetryPolicy
 from tests.apps._config import fair_test_conf
-from tests.harness import LEDGER_KEY, REDIS_URL_ENV
+from tests.harness import REDIS_URL_ENV, IdempotentAPI
 
 REDIS_URL = os.environ[REDIS_URL_ENV]
 
@@ -29,18 +29,7 @@ celery_fairqueue.install(app)
 r = redis.Redis.from_url(REDIS_URL, decode_responses=True)
 FAST = RetryPolicy(base=0.05, cap=0.2, max_attempts=4)
 
-# The API's side effect and its ledger entry are one atomic step, as they are for the API's
-# own records: a worker killed between two separate calls would lose the ledger entry.
-_apply_once = r.register_script("""
-if redis.call('SET', KEYS[1], '1', 'NX') then redis.call('HINCRBY', KEYS[2], ARGV[1], 1) end
-""")
-
-
-def fake_api(idempotency_key: str, ledger_key: str) -> str:
-    """An external API that honours an Idempotency-Key header: one side effect per key."""
-    r.hincrby("calls", ledger_key, 1)
-    _apply_once(keys=[f"api:{idempotency_key}", LEDGER_KEY], args=[ledger_key])
-    return f"msg-{idempotency_key[:8]}"
+fake_api = IdempotentAPI(r)
 
 
 @app.task(base=FairTask, bind=True, account_arg="account_id", job_key=("account_id", "lead_id"),

@@ -191,3 +191,23 @@ class Ledger:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+class IdempotentAPI:
+    """A fake external API that honours an Idempotency-Key header, as a real one would: one
+    side effect per key. ``calls`` counts what was sent, the ledger what the API applied.
+
+    The side effect and its ledger entry are one atomic step, as they are for the API's own
+    records: a worker killed between two separate calls would lose the ledger entry.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._apply_once = client.register_script(
+            "if redis.call('SET', KEYS[1], '1', 'NX') then "
+            "redis.call('HINCRBY', KEYS[2], ARGV[1], 1) end")
+
+    def __call__(self, idempotency_key: str, ledger_key: str) -> str:
+        self.client.hincrby("calls", ledger_key, 1)
+        self._apply_once(keys=[f"api:{idempotency_key}", LEDGER_KEY], args=[ledger_key])
+        return f"msg-{idempotency_key[:8]}"

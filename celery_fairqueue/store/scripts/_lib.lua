@@ -85,6 +85,17 @@ local function drop_lease(job_id)
   redis.call('HDEL', K_OWNERS, job_id)
 end
 
+-- The worker holding a job's lease lets go of it (ack, requeue, reject, give back): false when
+-- the lease is no longer its own (it expired and was reaped).
+local function release_lease(job_id, token, account)
+  if redis.call('HGET', K_OWNERS, job_id) ~= token then
+    return false
+  end
+  drop_lease(job_id)
+  release_running(queue_keys(1), account)
+  return true
+end
+
 local function forget_job(job_id)
   local meta = redis.call('HGET', K_META, job_id)
   if meta then

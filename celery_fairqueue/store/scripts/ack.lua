@@ -3,11 +3,9 @@
 -- ARGV: [1] job_id, [2] owner token, [3] account (encoded).
 -- Returns 1, or 0 when the lease was no longer this worker's (it expired and was reaped).
 local job_id, token, account = ARGV[1], ARGV[2], ARGV[3]
-if redis.call('HGET', K_OWNERS, job_id) ~= token then
+if not release_lease(job_id, token, account) then
   return 0
 end
-drop_lease(job_id)
-release_running(queue_keys(1), account)
 local meta = redis.call('HGET', K_META, job_id)
 if meta then
   local _, _, _, job_key = split_meta(meta)

@@ -5,12 +5,10 @@
 -- ARGV: [1] job_id, [2] owner token, [3] account (encoded), [4] seconds to wait.
 -- Returns 1, or 0 when the lease was no longer this worker's.
 local job_id, token, account, wait = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-if redis.call('HGET', K_OWNERS, job_id) ~= token then
+if not release_lease(job_id, token, account) then
   return 0
 end
 local qk = queue_keys(1)
-drop_lease(job_id)
-release_running(qk, account)
 if not redis.call('HGET', K_META, job_id) then
   return 0
 end

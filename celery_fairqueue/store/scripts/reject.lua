@@ -3,10 +3,8 @@
 -- ARGV: [1] job_id, [2] owner token, [3] account (encoded), [4] reason.
 -- Returns 1, or 0 when the lease was no longer this worker's.
 local job_id, token, account, reason = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-if redis.call('HGET', K_OWNERS, job_id) ~= token then
+if not release_lease(job_id, token, account) then
   return 0
 end
-drop_lease(job_id)
-release_running(queue_keys(1), account)
 dead_letter(job_id, reason, now_seconds())
 return 1
