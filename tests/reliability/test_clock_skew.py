@@ -26,11 +26,14 @@ def test_skewed_workers_keep_leases_and_the_rate_limit(figure, fair, celery_work
     set_account_limit(fair.app, "limited", rate="5/s", burst=burst)
     store = store_for(fair.app)
     workers = []
-    for skew in (-30, 30):  # each worker runs three long jobs and has one slot left
-        workers.append(celery_worker_factory(APP, concurrency=4, env=skewed(skew)))
+    for skew in (-30, 30):  # each runs three long jobs of its own queue and has one slot left
+        own = f"slow{len(workers)}"
+        workers.append(celery_worker_factory(APP, concurrency=4, queues=("celery", own),
+                                             env=skewed(skew)))
         for n in range(3 * len(workers) - 3, 3 * len(workers)):
-            fair.job.delay("slow", n, 6.0)  # runs past its 4 s lease: only heartbeats keep it
-        assert wait_until(lambda: store.counts("celery")["running"] == 3 * len(workers), 10)
+            # past its 4 s lease, and past the limited jobs
+            fair.job.apply_async(("slow", n, 12.0), queue=own)
+        assert wait_until(lambda own=own: store.counts(own)["running"] == 3, 10)
     behind, ahead = workers
     for n in range(30):
         fair.job.delay("limited", n, 0.3)  # longer than a token: each worker must take some
@@ -42,10 +45,13 @@ def test_skewed_workers_keep_leases_and_the_rate_limit(figure, fair, celery_work
     limited = [run for run in runs if run["account"] == "limited"]
     assert {run["pid"] for run in runs if run["account"] == "slow"} == {w.pid for w in workers}
     takers = {run["pid"] for run in limited}
-    # the workers' own clocks differ by 60 s, so the rate is measured on Redis's clock, after
-    # the burst
-    ends = sorted(run["redis_end"] for run in limited)[burst:]
-    rate = (len(ends) - 1) / (ends[-1] - ends[0])
+    # the workers' own clocks differ by 60 s, so the runs are timed on Redis's clock; the
+    # guarantee is the token bucket's: no stretch of runs holds more than burst + rate x its
+    # length (0.2 s of slack for the time between a claim and the end of its 0.3 s run)
+    ends = sorted(run["redis_end"] for run in limited)
+    over = [(i, j) for i in range(len(ends)) for j in range(i + 1, len(ends))
+            if j - i + 1 > burst + 5 * (ends[j] - ends[i] + 0.2)]
+    rate = (len(ends) - burst - 1) / (ends[-1] - ends[burst])
     skews = [run["end"] - run["redis_end"] for run in runs]  # worker clock minus Redis clock
     figure(f"clock skew +-30 s: 36 jobs, {len(duplicates)} duplicates, {len(reran)} long jobs "
            f"re-run (their 4 s leases outlived by heartbeats), 5/s limit achieved "
@@ -53,4 +59,4 @@ def test_skewed_workers_keep_leases_and_the_rate_limit(figure, fair, celery_work
     assert max(skews) > 25 and min(skews) < -25  # the skews were really in force
     assert len(takers) == 2
     assert not duplicates and not reran and ahead.is_alive() and behind.is_alive()
-    assert 4.0 <= rate <= 5.5
+    assert not over and rate >= 4.0
