@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make sure the programs that the tests and the demo start themselves are installed:
-# redis-server, the PostgreSQL server binaries and Debian's Chromium (for the Playwright test).
+# redis-server, the PostgreSQL server binaries, Debian's Chromium (for the Playwright test) and
+# rabbitmq-server (the RabbitMQ broker test).
 # Installs what is missing with apt-get (as root), never starts a system service, and does
 # nothing at all when everything is already there.
 set -euo pipefail
@@ -11,6 +12,7 @@ if ! command -v initdb >/dev/null && ! compgen -G '/usr/lib/postgresql/*/bin/ini
   missing+=(postgresql)
 fi
 command -v chromium >/dev/null || missing+=(chromium fonts-liberation)
+[[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] || missing+=(rabbitmq-server)
 
 if ((${#missing[@]} == 0)); then
   exit 0
@@ -35,7 +37,7 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 
 # Belt and braces: a service that started anyway is stopped, and the default port must be free.
-for service in redis-server postgresql; do
+for service in redis-server postgresql rabbitmq-server; do
   if [[ -x /etc/init.d/$service ]]; then
     /etc/init.d/$service stop >/dev/null 2>&1 || true
   fi
