@@ -168,6 +168,20 @@ class ReliableTask(Task):
         return super().apply_async(args, kwargs, task_id=task_id, producer=producer, link=link,
                                    link_error=link_error, shadow=shadow, **options)
 
+    def delay_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """Celery's ``DjangoTask.delay_on_commit``: enqueue once the current Django transaction
+        commits, and not at all if it rolls back (Celery's own, so Django is imported only
+        where it is used)."""
+        from celery.contrib.django.task import DjangoTask
+
+        DjangoTask.delay_on_commit(self, *args, **kwargs)
+
+    def apply_async_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """Celery's ``DjangoTask.apply_async_on_commit``, as :meth:`delay_on_commit`."""
+        from celery.contrib.django.task import DjangoTask
+
+        DjangoTask.apply_async_on_commit(self, *args, **kwargs)
+
     def retry(self, *args: Any, **kwargs: Any) -> Any:
         """Celery's retry; when it gives up (the task's own ``max_retries`` used up), the job is
         dead-lettered as such rather than retried again by the policy."""
