@@ -24,6 +24,7 @@ from ..errors import FairqueueError
 from ..settings import settings_for
 from ..store import ClaimedJob, FairStore
 from .channel import FairChannel, job_message, read_envelope
+from .outage import Outage
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class FairDispatcher:
         self._maintainer: threading.Thread | None = None
         self._instance: str | None = None  # see _check_instance
         self._default_limit = ""
+        self._claims = Outage("claiming")
         self._default_limit_at = 0.0
 
     # -- lifecycle (called by the bootstep) ----------------------------------------------------
@@ -144,8 +146,9 @@ class FairDispatcher:
             claim = self.store.claim(self.queues, free, self.token, self.default_limit(),
                                      first=self._rotation)
         except FairqueueError as exc:
-            logger.warning("fairqueue: claim failed, will retry: %s", exc)
+            self._claims.failed(exc)
             return
+        self._claims.answered()
         self._rotation += 1
         for job in claim.jobs:
             self._dispatch(job)
@@ -253,6 +256,7 @@ class FairDispatcher:
         s = self.settings
         tick = min(s.heartbeat_interval, s.reap_interval)
         last_beat = last_reap = last_windows = 0.0
+        outage = Outage("maintenance (heartbeat, reaper)")
         while not self._stopping.wait(tick / 2):
             now = time.monotonic()
             try:
@@ -271,7 +275,8 @@ class FairDispatcher:
                 if now - last_windows >= WINDOW_REFRESH_SECONDS:
                     last_windows = now
                     self.store.refresh_windows()
+                outage.answered()
             except FairqueueError as exc:
-                logger.warning("fairqueue: maintenance failed, will retry: %s", exc)
+                outage.failed(exc)
             except Exception:
                 logger.exception("fairqueue: maintenance error")

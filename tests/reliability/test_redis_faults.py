@@ -37,7 +37,7 @@ def outage_failures(worker) -> int:
     calls (the ledger's among them) or on Celery's (its result) and start again, its side
     effect still once. Each job started twice must follow one of these."""
     return sum(1 for line in worker.log_path.read_text().splitlines()
-               if "(timeout or connection error))" in line
+               if "(timeout or connection error))" in line or "given back to run again" in line
                or ("raised unexpected" in line and "Error" in line))
 
 
