@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
 from typing import Any
 
 import pytest
@@ -34,6 +35,9 @@ pytestmark = pytest.mark.slow
 EXAMPLES = settings(
     deadline=None,
     database=None,  # no example database (Hypothesis still keeps caches in .hypothesis/)
+    # CI runs the same examples every time (green or red for a reason, never by the draw);
+    # a run on a developer's machine draws new ones, to find what CI's fixed draw does not
+    derandomize=os.environ.get("CI") == "true",
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                            HealthCheck.large_base_example, HealthCheck.data_too_large],
 )
@@ -280,7 +284,8 @@ def test_hostile_text_in_an_error_keeps_its_dead_letter(
     assert letter.error is not None and letter.error.startswith("PermanentError: ")
     shown = letter.error.removeprefix("PermanentError: ")
     assert any(form.startswith(shown) for form in (message, json_normal(message)))
-    assert len(shown) >= min(len(message), 1900)
+    # (JSON, which carries the record, reads a split surrogate pair as its one character)
+    assert len(shown) >= min(len(json_normal(message)), 1900)
     # the traceback ends with the exception line, the whole message in it
     assert kept(message, letter.traceback)
     assert canonical(letter.args) == canonical(["acme", 7]) and letter.kwargs == {}
