@@ -9,7 +9,7 @@ from tests.harness.store_tools import ack_many, claim_jobs
 
 ACCOUNTS = 100_000
 #: What a pending job may cost in Redis: its envelope, indexes and its account's rotation entry
-#: (docs/guide.md reports 600-700 B).
+#: (docs/guide.md reports about 770 B).
 MAX_BYTES_PER_JOB = 1024
 #: What stays in Redis when every job is done and its key's retention has passed.
 BOOKKEEPING = {"{fairqueue}:seq", "{fairqueue}:queues", "{fairqueue}:stats",
