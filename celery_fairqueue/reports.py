@@ -15,13 +15,20 @@ from typing import Any
 
 from celery import Celery
 from celery.utils.text import pluralize
-from kombu.utils.url import maybe_sanitize_url
 
 from .errors import DeadLetterNotFound, FairqueueError, StoreUnavailableError
 from .idempotency import bound_arguments
 from .limits import AccountLimit
 from .redaction import redact_arguments
-from .store import AccountPage, DeadLetter, DeadLetters, ScheduledJob, StoreStatus, store_for
+from .store import (
+    AccountPage,
+    DeadLetter,
+    DeadLetters,
+    ScheduledJob,
+    StoreStatus,
+    display_url,
+    store_for,
+)
 from .tables import ago, duration, moment, render
 
 HIDDEN_ARGS = "(hidden: --show-args shows them, redacted)"
@@ -30,7 +37,7 @@ HIDDEN_ARGS = "(hidden: --show-args shows them, redacted)"
 def status_report(app: Celery, status: StoreStatus) -> str:
     """Per-queue totals, paused accounts, dead letters, leases and counters."""
     settings = store_for(app).settings
-    lines = [f"Fair store {maybe_sanitize_url(settings.redis_url or '')} "
+    lines = [f"Fair store {display_url(settings.redis_url or '')} "
              f"(prefix {settings.key_prefix}) at {moment(status.server_time)}", ""]
     if status.queues:
         lines.append(render(

@@ -6,8 +6,10 @@ e.g. ``app.conf.fairqueue_lease_seconds = 120``.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, NoReturn
 
 from celery import Celery
 
@@ -19,10 +21,35 @@ def _setting(default: Any, doc: str) -> Any:
     return field(default=default, metadata={"doc": doc})
 
 
+class Options(dict[str, Any]):
+    """A read-only dict setting (``fairqueue_redis_transport_options``): the settings are frozen
+    and shared, and a dataclass default must be hashable. Shown as a plain dict."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(json.dumps(self, sort_keys=True, default=repr))
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle without item assignment
+        return (Options, (dict(self),))
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("fairqueue settings are read-only")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    update = pop = popitem = clear = setdefault = _read_only
+
+
 @dataclass(frozen=True)
 class FairqueueSettings:
     redis_url: str | None = _setting(
         None, "Redis of the fair store; default: the broker URL when the broker is Redis.")
+    redis_transport_options: Mapping[str, Any] = _setting(
+        Options(), "Options of a sentinel:// fairqueue_redis_url, as in Celery's "
+        "broker_transport_options: master_name (required), sentinel_kwargs (e.g. the sentinels' "
+        "password), min_other_sentinels, and the primary's username, password and ssl/ssl_*.")
+    wait_replicas: int = _setting(
+        0, "Replicas that must have each enqueued job before .delay() returns (Redis WAIT, in "
+        "producers for up to an eighth of fairqueue_enqueue_timeout; fewer raise "
+        "StoreUnavailableError), so an acknowledged job survives a failover. 0: do not wait.")
     key_prefix: str = _setting("fairqueue", "Prefix (and Redis Cluster hash tag) of every key.")
     lease_seconds: float = _setting(
         60.0, "How long a claimed job stays leased without a heartbeat before it is reaped.")
@@ -85,6 +112,11 @@ class FairqueueSettings:
         return settings
 
     def validate(self) -> None:
+        if (self.redis_url or "").startswith("sentinel://") and not (
+                self.redis_transport_options or {}).get("master_name"):
+            raise ConfigurationError(
+                "fairqueue_redis_transport_options must give the master_name that the sentinels "
+                "monitor when fairqueue_redis_url is sentinel://, e.g. {'master_name': 'mymaster'}")
         for name in ("lease_seconds", "heartbeat_interval", "reap_interval", "poll_interval",
                      "job_retention", "enqueue_timeout", "max_retry_delay"):
             if not getattr(self, name) > 0 or getattr(self, name) == float("inf"):
@@ -93,6 +125,8 @@ class FairqueueSettings:
                      "max_payload_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"fairqueue_{name} must be at least 1")
+        if self.wait_replicas < 0:
+            raise ConfigurationError("fairqueue_wait_replicas must be 0 (do not wait) or more")
         for name in ("max_pending_per_account", "max_pending"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"fairqueue_{name} must be 0 (no bound) or more")
@@ -115,6 +149,10 @@ class FairqueueSettings:
 
 
 def _coerce(name: str, raw: Any, default: Any) -> Any:
+    if isinstance(default, Mapping):  # not shown: it may hold passwords
+        if raw is not None and not isinstance(raw, Mapping):
+            raise ConfigurationError(f"fairqueue_{name} must be a dict, not {type(raw).__name__}")
+        return Options(raw or {})
     if raw is None:
         return None
     kind = type(default) if default is not None else None

@@ -5,6 +5,7 @@ as :class:`~celery_fairqueue.errors.StoreUnavailableError` (``StoreFullError`` f
 account ids go in and come out decoded.
 """
 
+from .client import display_url
 from .core import Claim, ClaimedJob, EnqueueResult, FairStore, store_for
 from .dead_letters import DeadLetter, DeadLetterNotFound, DeadLetters
 from .events import RECORDER_GROUP, EventReader, Leadership
@@ -39,5 +40,6 @@ __all__ = [
     "ScheduledJob",
     "StoreInspector",
     "StoreStatus",
+    "display_url",
     "store_for",
 ]

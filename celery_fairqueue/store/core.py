@@ -123,7 +123,8 @@ class FairStore:
         """
         assert settings.redis_url
         timeout = 2.0 if fail_fast else settings.enqueue_timeout / 4
-        client = make_client(settings.redis_url, socket_timeout=timeout, retries=1)
+        client = make_client(settings.redis_url, socket_timeout=timeout, retries=1,
+                             transport_options=settings.redis_transport_options)
         return cls(client, Keys(settings.key_prefix), settings)
 
     def _keys_for(self, queues: Sequence[QueueKeys]) -> list[str]:
@@ -177,7 +178,16 @@ class FairStore:
                                   envelope=envelope, due=due, job_key=job_key, dedupe=dedupe,
                                   task=task, shown_args=shown_args, replays=replays,
                                   priority=priority)
-        return EnqueueResult.from_reply(self._run("enqueue", [self.keys.queue(queue)], args))
+        wanted = self.settings.wait_replicas
+        if not wanted:
+            return EnqueueResult.from_reply(self._run("enqueue", [self.keys.queue(queue)], args))
+        with operation("enqueue"):
+            reply, acked = self.client.run_and_wait(
+                self._scripts["enqueue"], self._keys_for([self.keys.queue(queue)]),
+                [wire(a) for a in args], wanted)
+        result = EnqueueResult.from_reply(reply)  # refused (a full backlog): nothing to lose
+        self.client.check_replicated(acked, wanted)
+        return result
 
     def enqueue_many(self, jobs: Iterable[dict[str, Any]], chunk: int = 1000
                      ) -> list[EnqueueResult]:

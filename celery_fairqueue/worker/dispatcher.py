@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery.worker import state as worker_state
-from kombu.utils.url import maybe_sanitize_url
 
 from ..errors import FairqueueError
 from ..settings import settings_for
-from ..store import ClaimedJob, FairStore
+from ..store import ClaimedJob, FairStore, display_url
 from .channel import FairChannel, job_message, read_envelope
 from .outage import Outage
 
@@ -88,7 +87,7 @@ class FairDispatcher:
                 target=self._maintain, name="fairqueue-maintenance", daemon=True)
             self._maintainer.start()
         logger.info("fairqueue: claiming fair jobs from queues %s of %s as %s",
-                    ", ".join(self.queues), maybe_sanitize_url(self.settings.redis_url or ""),
+                    ", ".join(self.queues), display_url(self.settings.redis_url or ""),
                     self.token)
         self.wake()
 
@@ -249,7 +248,7 @@ class FairDispatcher:
             logger.error(
                 "fairqueue: the fair store at %s lost its data (instance %s is now %s): jobs "
                 "enqueued or running before were lost with it; run Redis with appendonly yes",
-                maybe_sanitize_url(self.settings.redis_url or ""), self._instance, current)
+                display_url(self.settings.redis_url or ""), self._instance, current)
         self._instance = current
 
     def _maintain(self) -> None:
