@@ -258,23 +258,25 @@ class FairDispatcher:
         outage = Outage("maintenance (heartbeat, reaper)")
         while not self._stopping.wait(tick / 2):
             now = time.monotonic()
+            asked = False  # an outage ends only when a call to the store went through
             try:
                 if now - last_beat >= s.heartbeat_interval:
-                    last_beat = now
+                    last_beat, asked = now, True
                     self._check_instance()
                     for job_id in self.store.extend(self.token, list(self.held)):
                         logger.warning("fairqueue: lease of running job %s was lost", job_id)
                 if now - last_reap >= s.reap_interval:
-                    last_reap = now
+                    last_reap, asked = now, True
                     reaped = self.store.reap()
                     if reaped:
                         logger.warning("fairqueue: returned %d jobs with expired leases to ready",
                                        reaped)
                     self.store.trim_done()
                 if now - last_windows >= WINDOW_REFRESH_SECONDS:
-                    last_windows = now
+                    last_windows, asked = now, True
                     self.store.refresh_windows()
-                outage.answered()
+                if asked:
+                    outage.answered()
             except FairqueueError as exc:
                 outage.failed(exc)
             except Exception:
