@@ -447,6 +447,7 @@ def test_a_lagging_replica_loses_the_last_enqueues_unless_waited_for(figure, wai
                if not stalled <= at <= killed + 0.05}
     assert not outside, f"enqueues lost outside the stall: {outside}"
     if wait_replicas:
-        assert not lost and in_stall == 0
+        assert not lost  # what WAIT guarantees: nothing acknowledged is lost (an ack at the
+        # very start of the stall may still have reached a replica)
     else:
         assert lost, "nothing acknowledged during the stall was lost: the stall did not work"
