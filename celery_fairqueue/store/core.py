@@ -21,10 +21,10 @@ from celery import Celery
 
 from ..errors import BacklogFullError, DeadLetterNotFound
 from ..limits import AccountLimit
-from ..protocol import NO_JOB_KEY, delivery_id, event_fields, task_id_of
+from ..protocol import delivery_id, event_fields, task_id_of
 from ..settings import FairqueueSettings, settings_for
 from .client import StoreClient, make_client, operation
-from .keys import Keys, QueueKeys, decode_id, encode_id
+from .keys import Keys, QueueKeys, decode_id, encode_id, encode_job_key
 
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "extend", "reap", "trim_done",
                 "wake", "bury", "emit", "take_dead", "restore_dead", "purge_dead", "give_back",
@@ -161,7 +161,7 @@ class FairStore:
                       dedupe: bool = True, task: str = "", shown_args: str = "",
                       replays: str = "", priority: int | None = None) -> list[Any]:
         return [job_id, encode_id(account), encode_id(queue), envelope, due or 0,
-                encode_id(job_key) if job_key else NO_JOB_KEY, "1" if dedupe else "0",
+                encode_job_key(job_key), "1" if dedupe else "0",
                 self.settings.job_retention, task, shown_args, replays,
                 self.settings.max_pending_per_account, self.settings.max_pending,
                 min(max(int(priority or 0), 0), 9)]
@@ -266,7 +266,7 @@ class FairStore:
         """Keep a failed job as a dead letter with ``reason``; ``record`` (task, account, args,
         error, ...) is kept as JSON, as it is, and read back by DeadLetter."""
         fields = {k: v for k, v in (record or {}).items() if v is not None}
-        self._run("bury", [], [job_id, reason, encode_id(job_key) if job_key else NO_JOB_KEY,
+        self._run("bury", [], [job_id, reason, encode_job_key(job_key),
                                json.dumps(fields, default=str) if fields else ""])
 
     def recording(self) -> bool:

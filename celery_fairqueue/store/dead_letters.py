@@ -20,7 +20,6 @@ from ..envelope import Envelope, MalformedEnvelopeError
 from ..errors import DeadLetterNotFound, FairqueueError
 from ..protocol import (
     ACCOUNT_HEADER,
-    NO_JOB_KEY,
     STORED_JOB_KEY_OPTION,
     is_fair,
     job_key_of,
@@ -28,7 +27,7 @@ from ..protocol import (
 )
 from ..redaction import redact_arguments
 from .core import FairStore, store_for
-from .keys import decode_id, encode_id
+from .keys import decode_id, encode_job_key
 
 __all__ = ["DeadLetter", "DeadLetterNotFound", "DeadLetters"]
 
@@ -199,8 +198,7 @@ class DeadLetters:
 
     @staticmethod
     def _job_key(raw: str | bytes | None) -> str:
-        job_key = DeadLetter.from_json(raw).job_key if raw else None
-        return encode_id(job_key) if job_key else NO_JOB_KEY
+        return encode_job_key(DeadLetter.from_json(raw).job_key if raw else None)
 
     def purge(self, job_ids: Sequence[str] | None = None, *,
               older_than: float | None = None) -> int:

@@ -13,9 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..protocol import MAX_ID_LENGTH, decode_id, encode_id
+from ..protocol import MAX_ID_LENGTH, NO_JOB_KEY, decode_id, encode_id
 
-__all__ = ["MAX_ID_LENGTH", "Keys", "QueueKeys", "decode_id", "encode_id"]
+__all__ = ["MAX_ID_LENGTH", "Keys", "QueueKeys", "decode_id", "encode_id", "encode_job_key"]
+
+
+def encode_job_key(job_key: str | None) -> str:
+    """A business key as the scripts hold it (in meta, jobkeys, done): encoded, or "-"."""
+    return encode_id(job_key) if job_key else NO_JOB_KEY
 
 QUEUE_KEY_NAMES = ("ring", "state", "ready", "nready", "paused", "delayed", "running")
 
