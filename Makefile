@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # Reinstall only when the package metadata changes.
 STAMP := $(VENV)/.stamp-install
 
-.PHONY: venv services test demo lint
+.PHONY: venv services test demo lint compat
 
 venv: $(STAMP)
 
@@ -26,3 +26,9 @@ demo: venv services
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy celery_fairqueue
+
+# Celery's own integration tests (of the installed Celery's sdist), plain and with FairTask as
+# task_cls; fails when a test passes plain but not fair (docs/compatibility.md).
+compat: venv services
+	$(PY) -m pip install --quiet --disable-pip-version-check -r tools/compat/requirements.txt
+	$(PY) tools/compat/run.py $(COMPAT_ARGS)

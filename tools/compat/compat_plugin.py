@@ -1,0 +1,115 @@
+"""pytest plugin for ``make compat``: runs Celery's own integration tests unchanged, either as
+plain Celery or with every task of the test apps a FairTask (``task_cls``).
+
+Loaded with ``-p celery.contrib.pytest -p compat_plugin`` (in that order, so that this module's
+``celery_parameters`` overrides Celery's). Options:
+
+- ``--compat-mode=plain|fair``: ``fair`` makes the apps of Celery's ``celery_app`` and
+  ``celery_session_app`` fixtures fair as a user would: ``task_cls`` a FairTask subclass, the
+  ``fairqueue_default_account`` setting (Celery's test tasks name no account), and
+  ``celery_fairqueue.install(app)``.
+- ``--compat-timeout=SECONDS``: the most any one test may take; Celery's own ``timeout``
+  markers (up to 300 s) are cut to it.
+- ``--compat-stats=PATH``: where to write how many task messages the test process sent through
+  the fair store and through the broker, so the runner can tell that the fair run was fair.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Generator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery, signals
+
+import celery_fairqueue
+from celery_fairqueue import FairTask
+from celery_fairqueue.protocol import ACCOUNT_HEADER
+
+#: The account of every fair job of Celery's tests: they pass no account.
+DEFAULT_ACCOUNT = "shared"
+#: The Celery fixtures that build the apps: the per-test one (producers) and the session one
+#: (the embedded worker).
+APP_FIXTURES = frozenset({"celery_app", "celery_session_app"})
+
+published: Counter[str] = Counter()
+
+
+class CompatFairTask(FairTask):
+    """The base class of every task of Celery's test apps in the fair run, as a user who makes
+    a whole existing app fair would write it: a FairTask subclass given as ``task_cls``."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("compat", "celery-fairqueue compatibility run")
+    group.addoption("--compat-mode", choices=("plain", "fair"), default="plain",
+                    help="plain Celery, or every task a FairTask (task_cls)")
+    group.addoption("--compat-timeout", type=float, default=60.0,
+                    help="most seconds one test may take (Celery's timeout markers are cut)")
+    group.addoption("--compat-stats", default=None,
+                    help="JSON file for the count of messages sent through the fair store")
+
+
+def fair_mode(config: pytest.Config) -> bool:
+    return bool(config.getoption("--compat-mode") == "fair")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    signals.after_task_publish.connect(count_publish, weak=False)
+
+
+def count_publish(sender: Any = None, headers: Mapping[str, Any] | None = None,
+                  **_: Any) -> None:
+    """Count messages by where they went: fair messages carry the account header."""
+    published["fair" if (headers or {}).get(ACCOUNT_HEADER) else "broker"] += 1
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Cut every test's timeout (pytest-timeout) to ``--compat-timeout``."""
+    cap = float(config.getoption("--compat-timeout"))
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        own = None
+        if marker is not None:
+            own = marker.kwargs.get("timeout", marker.args[0] if marker.args else None)
+        limit = min(float(own), cap) if own else cap
+        item.add_marker(pytest.mark.timeout(limit), append=False)
+
+
+@pytest.fixture(scope="session")
+def celery_parameters(request: pytest.FixtureRequest) -> Mapping[str, Any]:
+    """Celery's fixture of ``Celery(...)`` arguments: in the fair run, ``task_cls``."""
+    if fair_mode(request.config):
+        return {"task_cls": CompatFairTask}
+    return {}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any],
+                         request: pytest.FixtureRequest) -> Generator[None, Any, Any]:
+    """Install the fair path in each app Celery's fixtures build, before any test uses it."""
+    app = yield
+    if fixturedef.argname in APP_FIXTURES and fair_mode(request.config):
+        make_fair(app)
+    return app
+
+
+def make_fair(app: Celery) -> None:
+    """What a user does to make an existing app fair, checked: a plugin that silently did
+    nothing would compare plain Celery with itself."""
+    if not issubclass(app.Task, FairTask):
+        raise pytest.UsageError(
+            f"compat: the app's Task is {app.Task!r}, not a FairTask: celery_parameters of "
+            "compat_plugin was not used (load it with -p after celery.contrib.pytest)")
+    app.conf.fairqueue_default_account = DEFAULT_ACCOUNT
+    celery_fairqueue.install(app)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    path = session.config.getoption("--compat-stats")
+    if path:
+        Path(path).write_text(json.dumps({"mode": session.config.getoption("--compat-mode"),
+                                          "published": dict(published)}))
