@@ -5,7 +5,8 @@ or did not run). Regressions fail the comparison unless ``docs/compatibility.md`
 under "## Exceptions" as ``- `file.py::Class::test`: reason`` (at most ``MAX_EXCEPTIONS``; a
 listed name also covers its parametrized variants, ``name[...]``).
 
-Usage: ``python tools/compat/compare.py PLAIN.xml FAIR.xml [docs/compatibility.md]``.
+Usage: ``python tools/compat/compare.py [.compat/runs [docs/compatibility.md]]`` compares the
+last run's reports again (``plain-*.xml``, ``fair-*.xml``, one per shard).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,12 +27,13 @@ EXCEPTION_LINE = re.compile(r"^- `(?P<test>[^`]+)`\s*[:\u2014-]\s*(?P<reason>.*\
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
 
-def read_junit(path: Path) -> dict[str, str]:
-    """Outcome per test id (``file.py::Class::name``) of a pytest JUnit (xunit1) report. A test
+def read_junit(paths: Iterable[Path]) -> dict[str, str]:
+    """Outcome per test id (``file.py::Class::name``) of pytest JUnit (xunit1) reports. A test
     reported more than once (a teardown error, a failed subtest) passed only if every entry
     did."""
     outcomes: dict[str, str] = {}
-    for case in ET.parse(path).getroot().iter("testcase"):
+    cases = (case for path in paths for case in ET.parse(path).getroot().iter("testcase"))
+    for case in cases:
         test_id = test_id_of(case)
         kinds = {child.tag for child in case}
         outcome = (FAILED if kinds & {"failure", "error"}
@@ -78,7 +80,8 @@ class Report:
     plain: dict[str, str]
     fair: dict[str, str]
     exceptions: dict[str, str]
-    stats: Mapping[str, Any] = field(default_factory=dict)
+    #: per mode, the messages its test processes sent: {"fair": n, "broker": m}
+    sent: Mapping[str, Counter[str]] = field(default_factory=dict)
 
     @property
     def regressions(self) -> list[str]:
@@ -100,9 +103,9 @@ class Report:
         found += [f"exception {t} has no reason" for t, r in self.exceptions.items() if not r]
         if not self.plain or not self.fair:
             found.append("a run reported no tests")
-        fair_sent = (self.stats.get("fair") or {}).get("published", {}).get("fair", 0)
-        plain_sent = (self.stats.get("plain") or {}).get("published", {}).get("fair", 0)
-        if self.stats and not fair_sent:
+        fair_sent = self.sent.get("fair", Counter())["fair"]
+        plain_sent = self.sent.get("plain", Counter())["fair"]
+        if self.sent and not fair_sent:
             found.append("the fair run sent no task through the fair store: it was not fair")
         if plain_sent:
             found.append(f"the plain run sent {plain_sent} tasks through the fair store")
@@ -121,18 +124,17 @@ class Report:
             counts["plain"] += self.plain.get(test_id) == PASSED
             counts["fair"] += self.fair.get(test_id) == PASSED
         rows = [(name, c["tests"], c["plain"], c["fair"]) for name, c in files.items()]
-        rows.append(("total", *(sum(row[i] for row in rows) for i in (1, 2, 3))))
+        rows.append(("total", sum(r[1] for r in rows), sum(r[2] for r in rows),
+                     sum(r[3] for r in rows)))
         return rows
 
     def render(self) -> str:
         lines = ["| file | tests | passed plain | passed fair |", "|---|---:|---:|---:|"]
         lines += [f"| {name} | {tests} | {plain} | {fair} |"
                   for name, tests, plain, fair in self.rows()]
-        for mode in ("plain", "fair"):
-            sent = (self.stats.get(mode) or {}).get("published") or {}
-            if sent:
-                lines.append(f"{mode} run: {sent.get('fair', 0)} messages sent through the fair "
-                             f"store, {sent.get('broker', 0)} through the broker")
+        for mode, sent in self.sent.items():
+            lines.append(f"{mode} run: the test processes sent {sent['fair']} messages through "
+                         f"the fair store and {sent['broker']} through the broker")
         listed = [t for t in self.regressions if t not in self.unexplained]
         lines.append(f"passed plain but not fair: {len(self.regressions)} "
                      f"({len(listed)} listed exceptions)")
@@ -151,17 +153,22 @@ class Report:
         return "\n".join(lines)
 
 
-def compare(plain: Path, fair: Path, doc: Path,
-            stats: Mapping[str, Any] | None = None) -> Report:
-    return Report(read_junit(plain), read_junit(fair), read_exceptions(doc), stats or {})
+def compare(reports: Mapping[str, Sequence[Path]], doc: Path,
+            stats: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> Report:
+    """Compare the ``plain`` and ``fair`` JUnit reports (each mode's shards); ``stats`` are the
+    plugin's ``--compat-stats`` files, read."""
+    sent = {mode: sum((Counter(s.get("published") or {}) for s in shards), Counter())
+            for mode, shards in (stats or {}).items()}
+    return Report(read_junit(reports["plain"]), read_junit(reports["fair"]),
+                  read_exceptions(doc), sent)
 
 
 if __name__ == "__main__":
-    plain_xml, fair_xml = map(Path, sys.argv[1:3])
-    doc_path = Path(sys.argv[3]) if len(sys.argv) > 3 else Path("docs/compatibility.md")
-    run_stats = {mode: json.loads(p.read_text()) for mode, p in
-                 (("plain", plain_xml.with_suffix(".json")), ("fair", fair_xml.with_suffix(".json")))
-                 if p.exists()}
-    result = compare(plain_xml, fair_xml, doc_path, run_stats)
+    runs = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(".compat/runs")
+    doc_path = Path(sys.argv[2]) if len(sys.argv) > 2 else Path("docs/compatibility.md")
+    result = compare(
+        {mode: sorted(runs.glob(f"{mode}-*.xml")) for mode in ("plain", "fair")}, doc_path,
+        {mode: [json.loads(p.read_text()) for p in sorted(runs.glob(f"{mode}-*.json"))]
+         for mode in ("plain", "fair")})
     print(result.render())
     sys.exit(0 if result.ok else 1)

@@ -9,7 +9,10 @@ Loaded with ``-p celery.contrib.pytest -p compat_plugin`` (in that order, so tha
   ``fairqueue_default_account`` setting (Celery's test tasks name no account), and
   ``celery_fairqueue.install(app)``.
 - ``--compat-timeout=SECONDS``: the most any one test may take; Celery's own ``timeout``
-  markers (up to 300 s) are cut to it.
+  markers (up to 300 s) are cut to it, and a test past it stops at its next subtest (pytest's
+  subtests catch pytest-timeout's interruption and would go on with the next one).
+- ``--compat-shard=I/N``: run every N-th test, starting with the I-th (0-based), so that
+  several runs, each with its own worker and redis-server, share the work.
 - ``--compat-stats=PATH``: where to write how many task messages the test process sent through
   the fair store and through the broker, so the runner can tell that the fair run was fair.
 """
@@ -17,6 +20,7 @@ Loaded with ``-p celery.contrib.pytest -p compat_plugin`` (in that order, so tha
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Generator, Mapping
 from pathlib import Path
@@ -36,6 +40,8 @@ DEFAULT_ACCOUNT = "shared"
 APP_FIXTURES = frozenset({"celery_app", "celery_session_app"})
 
 published: Counter[str] = Counter()
+#: The test whose call is running and when it must end (see ``pytest_runtest_logreport``).
+running: dict[str, float] = {}
 
 
 class CompatFairTask(FairTask):
@@ -49,6 +55,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="plain Celery, or every task a FairTask (task_cls)")
     group.addoption("--compat-timeout", type=float, default=60.0,
                     help="most seconds one test may take (Celery's timeout markers are cut)")
+    group.addoption("--compat-shard", default="0/1",
+                    help="I/N: run every N-th test starting with the I-th (0-based)")
     group.addoption("--compat-stats", default=None,
                     help="JSON file for the count of messages sent through the fair store")
 
@@ -68,7 +76,12 @@ def count_publish(sender: Any = None, headers: Mapping[str, Any] | None = None,
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Cut every test's timeout (pytest-timeout) to ``--compat-timeout``."""
+    """Keep this shard's tests, and cut every test's timeout (pytest-timeout) to
+    ``--compat-timeout``."""
+    index, count = (int(part) for part in config.getoption("--compat-shard").split("/"))
+    if count > 1:
+        config.hook.pytest_deselected(items=[t for i, t in enumerate(items) if i % count != index])
+        items[:] = [t for i, t in enumerate(items) if i % count == index]
     cap = float(config.getoption("--compat-timeout"))
     for item in items:
         marker = item.get_closest_marker("timeout")
@@ -77,6 +90,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             own = marker.kwargs.get("timeout", marker.args[0] if marker.args else None)
         limit = min(float(own), cap) if own else cap
         item.add_marker(pytest.mark.timeout(limit), append=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    running[item.nodeid] = time.monotonic() + float(item.config.getoption("--compat-timeout"))
+    try:
+        return (yield)
+    finally:
+        running.pop(item.nodeid, None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> Generator[None, None, None]:
+    """A report while its test still runs is a subtest's: once the test is past its time, end
+    the test here (raised out of the subtest's ``with``) instead of starting the next one."""
+    result = yield
+    deadline = running.get(report.nodeid)
+    if deadline is not None and time.monotonic() > deadline:
+        running.pop(report.nodeid, None)
+        pytest.fail("compat: over --compat-timeout; the remaining subtests were not run",
+                    pytrace=False)
+    return result
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,16 @@
    not unpacked, so the tests import the installed Celery.
 2. Runs ``t/integration/test_tasks.py``, ``test_canvas.py`` and ``test_inspect.py`` twice, each
    time against a new throwaway redis-server on a free loopback port (broker and result
-   backend): plain Celery, then every task a FairTask (``compat_plugin.py``). Celery's
+   backend): plain Celery, and every task a FairTask (``compat_plugin.py``). Celery's
    ``@flaky`` reruns are off and each test's timeout is cut to ``--timeout``.
 3. Compares the two JUnit reports (``compare.py``) and fails when a test passes plain but not
    fair, unless ``docs/compatibility.md`` lists it as a known design difference.
 
-Usage: ``python tools/compat/run.py [--timeout 60] [-k EXPR] [--only plain|fair]``.
+The tests mostly wait (for results, for timeouts they expect), so each mode is split into
+``--shards`` pytest processes, each with its own redis-server and embedded worker, and all of
+them run at once.
+
+Usage: ``python tools/compat/run.py [--timeout 60] [--shards 3] [-k EXPR]``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -65,14 +70,25 @@ def celery_tests(version: str) -> Path:
     return target
 
 
-def run_suite(mode: str, source: Path, out: Path, timeout: float, select: str | None) -> int:
-    """Run Celery's integration tests once in ``mode``; the JUnit report goes to ``out``."""
-    server = RedisServer(out / f"redis-{mode}").start()
-    try:
+@dataclass
+class Shard:
+    """One pytest process of one mode, with its own redis-server and embedded worker."""
+
+    mode: str
+    index: int
+    count: int
+    out: Path
+
+    @property
+    def name(self) -> str:
+        return f"{self.mode}-{self.index}"
+
+    def start(self, source: Path, timeout: float, select: str | None) -> None:
+        self.server = RedisServer(self.out / f"redis-{self.name}").start()
         env = {
             **os.environ,
-            "TEST_BROKER": server.url, "TEST_BACKEND": server.url,
-            "REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(server.port),
+            "TEST_BROKER": self.server.url, "TEST_BACKEND": self.server.url,
+            "REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(self.server.port),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE),
                                                         os.environ.get("PYTHONPATH")])),
         }
@@ -81,22 +97,24 @@ def run_suite(mode: str, source: Path, out: Path, timeout: float, select: str | 
             # Celery's fixtures first, so that the plugin's celery_parameters overrides them
             "-p", "celery.contrib.pytest", "-p", "compat_plugin",
             "-p", "no:rerunfailures", "-p", "no:cacheprovider",
-            f"--compat-mode={mode}", f"--compat-timeout={timeout}",
-            f"--compat-stats={out / f'{mode}.json'}", f"--timeout={timeout}",
-            f"--junitxml={out / f'{mode}.xml'}", "-o", "junit_family=xunit1",
-            "-q", "-rfE", "--no-header",
+            f"--compat-mode={self.mode}", f"--compat-shard={self.index}/{self.count}",
+            f"--compat-timeout={timeout}", f"--timeout={timeout}",
+            f"--compat-stats={self.out / f'{self.name}.json'}",
+            f"--junitxml={self.out / f'{self.name}.xml'}", "-o", "junit_family=xunit1",
+            "-rfE", "--no-header", "-p", "no:warnings",
             *(["-k", select] if select else []),
             *(f"t/integration/{name}" for name in TEST_FILES),
         ]
-        started = time.monotonic()
-        print(f"compat: {mode} run of Celery's integration tests (redis {server.url})",
-              flush=True)
-        code = subprocess.run(argv, cwd=source, env=env).returncode
-        print(f"compat: {mode} run took {time.monotonic() - started:.0f} s (pytest exit {code})",
-              flush=True)
-        return code
-    finally:
-        server.stop()
+        self.log = (self.out / f"{self.name}.log").open("w")
+        self.process = subprocess.Popen(argv, cwd=source, env=env, stdout=self.log,
+                                        stderr=subprocess.STDOUT)
+
+    def wait(self) -> int:
+        try:
+            return self.process.wait()
+        finally:
+            self.log.close()
+            self.server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="most seconds any one test may take (default 60)")
     parser.add_argument("-k", dest="select", default=None, help="pytest -k expression")
-    parser.add_argument("--only", choices=MODES, default=None,
-                        help="run one mode again; the other's last report is reused")
+    parser.add_argument("--shards", type=int, default=3,
+                        help="pytest processes per mode, all run at once (default 3)")
     args = parser.parse_args(argv)
 
     started = time.monotonic()
@@ -113,14 +131,27 @@ def main(argv: list[str] | None = None) -> int:
     source = celery_tests(version)
     out = CACHE / "runs"
     out.mkdir(parents=True, exist_ok=True)
-    for mode in MODES:
-        if args.only in (None, mode):
-            code = run_suite(mode, source, out, args.timeout, args.select)
-            if code not in (0, 1):  # 1: some tests failed; anything else: the run itself did
-                print(f"compat: the {mode} run did not complete (pytest exit {code})")
-                return 2
-    stats = {mode: json.loads((out / f"{mode}.json").read_text()) for mode in MODES}
-    report = compare.compare(out / "plain.xml", out / "fair.xml", DOC, stats)
+    for old in [*out.glob("*.xml"), *out.glob("*.json")]:
+        old.unlink()
+    shards = [Shard(mode, i, args.shards, out) for mode in MODES for i in range(args.shards)]
+    print(f"compat: Celery {version}'s integration tests, plain and fair, in {len(shards)} "
+          f"pytest processes (logs: {out.relative_to(ROOT)}/*.log)", flush=True)
+    for shard in shards:
+        shard.start(source, args.timeout, args.select)
+    broken = []
+    for shard in shards:
+        code = shard.wait()
+        print(f"compat: {shard.name} done after {time.monotonic() - started:.0f} s "
+              f"(pytest exit {code})", flush=True)
+        if code not in (0, 1):  # 1: some tests failed; anything else: the run itself did
+            broken.append(shard.name)
+    if broken:
+        print(f"compat: {', '.join(broken)} did not complete; see their logs")
+        return 2
+    report = compare.compare(
+        {mode: sorted(out.glob(f"{mode}-*.xml")) for mode in MODES}, DOC,
+        {mode: [json.loads(p.read_text()) for p in sorted(out.glob(f"{mode}-*.json"))]
+         for mode in MODES})
     print(f"\nCelery {version}, {' '.join(TEST_FILES)}; "
           f"wall time {time.monotonic() - started:.0f} s")
     print(report.render())
