@@ -56,13 +56,15 @@ def read_envelope(job: ClaimedJob) -> Envelope:
 
 def job_message(job: ClaimedJob, envelope: Envelope, channel: Any) -> Message:
     """The kombu message of a claimed job, as the broker would have delivered it."""
-    headers = dict(envelope.headers)
-    headers["eta"] = None  # the store already waited for it; Celery must not wait again
+    # The eta stays in the headers for the task's request (self.request.eta), as with the
+    # broker; FairRequest keeps Celery's strategy from waiting for it again.
+    # kombu's virtual transports default the priority property to 0, and Celery reports it
+    # as delivery_info['priority'].
+    properties = {**envelope.properties, "priority": envelope.properties.get("priority") or 0}
     return Message(
         body=envelope.body, delivery_tag=job.job_id, content_type=envelope.content_type,
-        content_encoding=envelope.content_encoding, headers=headers,
-        properties=envelope.properties, channel=channel, accept=ACCEPT,
+        content_encoding=envelope.content_encoding, headers=dict(envelope.headers),
+        properties=properties, channel=channel, accept=ACCEPT,
         delivery_info={"exchange": "", "routing_key": job.queue,
-                       "redelivered": job.deliveries > 1,
-                       "priority": envelope.properties.get("priority")},
+                       "redelivered": job.deliveries > 1, "priority": properties["priority"]},
     )

@@ -1,4 +1,5 @@
-"""The request class of fair tasks: Celery's own, plus one outcome Celery does not have.
+"""The request class of fair tasks: Celery's own, minus the eta wait (the store waited), plus
+one outcome Celery does not have.
 
 A fair task whose run could not write to the fair store (its started marker, its retry, its dead
 letter) raises :class:`~celery_fairqueue.task.GiveBack`, a ``Reject(requeue=True)``. Celery would
@@ -21,6 +22,12 @@ from .channel import FairChannel
 
 
 class FairRequest(Request):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The store held the job until its eta; Celery's strategy must not hold it again (in
+        # the worker's memory, outside the slot count). The task still sees its eta.
+        self._eta = None
+
     def on_failure(self, exc_info: Any, send_failed_event: bool = True,
                    return_ok: bool = False) -> Any:
         exc = exc_info.exception

@@ -47,3 +47,13 @@ def untyped(x):
 def replaced(self, x):
     """Replaces itself, as Celery's own canvas tests do: the replacement keeps this task's id."""
     raise self.replace(add.s(x, 1))
+
+
+@app.task(bind=True)
+def request_eta(self):
+    return self.request.eta
+
+
+@app.task
+def identity(x):
+    return x

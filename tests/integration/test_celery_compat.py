@@ -109,3 +109,22 @@ def test_delivery_info_priority_is_set_as_the_redis_transport_sets_it(fair, fair
     fair.context.apply_async(("acme",), account="acme", priority=3)
     [job] = run_fair_jobs(fair.app)
     assert job.result["delivery_info"]["priority"] == 3
+
+
+def test_delivery_info_priority_is_zero_when_none_is_given_as_with_the_redis_transport(
+        fair, fair_store, celery_worker_factory):
+    celery_worker_factory("tests.apps.fair")
+    context = fair.context.apply_async(("acme",), account="acme").get(timeout=20)
+    assert context["delivery_info"]["priority"] == 0
+
+
+def test_a_countdown_on_a_group_chained_to_a_task_reaches_the_header_tasks(
+        compat, celery_worker_factory):
+    """Celery's own test_group_or_task_countdown_delays_header: the header tasks see the eta
+    that the countdown gave them, although the store, not Celery, held them until then."""
+    from celery import group
+
+    celery_worker_factory("tests.apps.compat", concurrency=2)
+    workflow = group(compat.request_eta.s(), compat.request_eta.s()) | compat.identity.s()
+    etas = workflow.apply_async(countdown=1).get(timeout=20)
+    assert len(etas) == 2 and all(eta is not None for eta in etas)
