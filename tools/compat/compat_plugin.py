@@ -6,8 +6,7 @@ Loaded with ``-p celery.contrib.pytest -p compat_plugin`` (in that order, so tha
 
 - ``--compat-mode=plain|fair``: ``fair`` makes the apps of Celery's ``celery_app`` and
   ``celery_session_app`` fixtures fair as a user would: ``task_cls`` a FairTask subclass, the
-  ``fairqueue_default_account`` setting (Celery's test tasks name no account), and
-  ``celery_fairqueue.install(app)``.
+  settings of ``FAIR_CONFIG`` and ``celery_fairqueue.install(app)``.
 - ``--compat-timeout=SECONDS``: the most any one test may take; Celery's own ``timeout``
   markers (up to 300 s) are cut to it, and a test past it stops at its next subtest (pytest's
   subtests catch pytest-timeout's interruption and would go on with the next one).
@@ -33,8 +32,14 @@ import celery_fairqueue
 from celery_fairqueue import FairTask
 from celery_fairqueue.protocol import ACCOUNT_HEADER
 
-#: The account of every fair job of Celery's tests: they pass no account.
-DEFAULT_ACCOUNT = "shared"
+#: What a user sets to make a whole existing app fair: the account of jobs that name none
+#: (Celery's test tasks pass no account), and room for messages that carry a large canvas
+#: (Celery's test_chain_to_a_chord_with_large_header sends a 271 KB chain, over the 256 KB
+#: default of fairqueue_max_payload_bytes, which says so in its PayloadTooLargeError).
+FAIR_CONFIG = {
+    "fairqueue_default_account": "shared",
+    "fairqueue_max_payload_bytes": 1024 * 1024,
+}
 #: The Celery fixtures that build the apps: the per-test one (producers) and the session one
 #: (the embedded worker).
 APP_FIXTURES = frozenset({"celery_app", "celery_session_app"})
@@ -139,7 +144,7 @@ def make_fair(app: Celery) -> None:
         raise pytest.UsageError(
             f"compat: the app's Task is {app.Task!r}, not a FairTask: celery_parameters of "
             "compat_plugin was not used (load it with -p after celery.contrib.pytest)")
-    app.conf.fairqueue_default_account = DEFAULT_ACCOUNT
+    app.conf.update(FAIR_CONFIG)
     celery_fairqueue.install(app)
 
 
