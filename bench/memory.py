@@ -4,9 +4,10 @@
 alone on one, broker and ledger on the other, so the store's ``used_memory`` counts the store
 only), enqueues ``--jobs`` real ``.delay()`` calls of a task with a business key and a
 realistic payload (an outreach e-mail step: subject, a 400-character body, a few fields), and
-reads the store's ``used_memory`` before and after. Real workers then run them all (what is
-left per job is its done marker and business key, kept for ``fairqueue_job_retention``), and
-as many jobs of a task that raises ``PermanentError`` become dead letters. No recorder runs, so
+reads the store's ``used_memory`` before and after. Real workers then run them all (what is left
+per job is its done marker and business key, kept for ``fairqueue_job_retention``; the store's
+Redis CPU time from enqueue to done is read too), and as many jobs of a task that raises
+``PermanentError`` become dead letters. No recorder runs, so
 there is no event stream (it is trimmed as the recorder writes, and small while it keeps up).
 """
 
@@ -64,6 +65,12 @@ def used(client: redis.Redis) -> int:
     return int(client.info("memory")["used_memory"])
 
 
+def cpu(client: redis.Redis) -> float:
+    """CPU seconds the store's redis-server has used (user and system, main thread included)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def enqueue(task: Any, jobs: int, accounts: int, step: str) -> None:
     for n in range(jobs):
         task.delay(f"account-{n % accounts}", n, step, 3, message(n))
@@ -83,7 +90,7 @@ def main() -> None:
         store = store_server.client()
         workers = []
         try:
-            empty = used(store)
+            empty, cpu_before = used(store), cpu(store)
             enqueue(bench.send_step, jobs, options.accounts, "intro")
             pending = used(store)
             sizes = [len(v) for v in store.hvals("{fairqueue}:jobs")]
@@ -98,10 +105,12 @@ def main() -> None:
             started = time.monotonic()
             assert wait_until(lambda: store.hlen("{fairqueue}:jobs") == 0, 600), "jobs left"
             ran = time.monotonic() - started
-            done = used(store)
+            done, cpu_used = used(store), cpu(store) - cpu_before
             print(f"done: {(done - empty) / jobs:.0f} B per finished job (its done marker and "
                   f"business key, kept for fairqueue_job_retention; {jobs} jobs ran in "
                   f"{ran:.1f} s on 2 workers)")
+            print(f"redis cpu: {cpu_used / jobs * 1e6:.0f} us of the store's Redis CPU per job, "
+                  f"enqueue to done marker (one Redis core: about {jobs / cpu_used:.0f} jobs/s)")
             enqueue(bench.send_step_fails, jobs, options.accounts, "dead")
             assert wait_until(lambda: store.zcard("{fairqueue}:deadindex") >= jobs, 600)
             assert wait_until(lambda: store.hlen("{fairqueue}:jobs") == 0, 60)
