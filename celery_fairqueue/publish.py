@@ -115,6 +115,7 @@ def publish_fair(app: Celery, task: FairTask, producer: Any, message: Any,
         queue=qname, account=account, job_id=delivery_of(headers),
         envelope=envelope, due=eta_timestamp(app, headers.get("eta")), job_key=job_key,
         dedupe=first, task=task.name, priority=_priority(properties.get("priority")),
+        expires=eta_timestamp(app, headers.get("expires")),
         replays=options.get("fairqueue_replays") or "",
         shown_args=json.dumps(
             redact_arguments((), task.named_arguments(args, kwargs), task.redact)["kwargs"],

@@ -5,15 +5,17 @@ import importlib
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from celery import states
 
-from celery_fairqueue import DeadLetters, cancel
+from celery_fairqueue import DeadLetters, cancel, set_account_limit
 from celery_fairqueue.protocol import is_fair
 from celery_fairqueue.store import store_for
 from celery_fairqueue.testing import run_fair_jobs
 from tests.harness import REDIS_URL_ENV
+from tests.harness.processes import wait_until
 
 
 @pytest.fixture
@@ -74,6 +76,32 @@ def test_revoked_pending_job_leaves_the_store(compat):
     assert later.state == now.state == states.REVOKED
     assert not cancel(compat.app, now.id)  # gone already
     assert run_fair_jobs(compat.app) == []
+
+
+def test_expired_job_is_dropped_without_taking_a_slot_or_a_token(compat, celery_worker_factory,
+                                                                 redis_client):
+    # one token now, the next in a minute: had the expired job taken it, "fresh" would wait
+    set_account_limit(compat.app, "shared", rate="1/m", burst=1)
+    stale = compat.note.apply_async(("stale",), expires=0.2)
+    fresh = compat.note.delay("fresh")
+    store = store_for(compat.app)
+    time.sleep(0.5)  # past its expires by the store's clock (the same host's)
+    celery_worker_factory("tests.apps.compat", concurrency=2)
+    assert fresh.get(timeout=20) == "fresh"
+    assert wait_until(lambda: stale.state == states.REVOKED, timeout=10)
+    assert redis_client.lrange("ran", 0, -1) == ["fresh"]
+    assert store.stats()["expired"] == 1
+    assert store.counts("celery")["ready"] == 0
+
+
+def test_an_expired_job_is_recorded_revoked_by_the_inline_runner(compat):
+    stale = compat.note.apply_async(("stale",), expires=0.2)
+    compat.note.delay("fresh")
+    time.sleep(0.5)
+    ran = run_fair_jobs(compat.app)
+    assert [(job.task_id, job.state) for job in ran] == [(stale.id, states.REVOKED),
+                                                         (ran[1].task_id, states.SUCCESS)]
+    assert stale.state == states.REVOKED
 
 
 def test_fairqueue_scheduled_lists_what_waits_for_its_time(compat, redis_url):
