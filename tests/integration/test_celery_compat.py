@@ -122,6 +122,17 @@ def test_replace_in_a_chain_runs_the_replacement(compat, celery_worker_factory):
     assert chain(compat.replaced.s(1), compat.add.s(10)).delay().get(timeout=20) == 12
 
 
+def test_replace_in_a_group_and_a_chord_runs_the_replacements(compat, celery_worker_factory):
+    from celery import chord, group
+
+    celery_worker_factory("tests.apps.compat", concurrency=4)
+    assert group(compat.replaced.s(n) for n in range(3)).delay().get(timeout=20) == [1, 2, 3]
+    header = [compat.replaced.s(n) for n in range(3)]
+    assert chord(header)(compat.total.s()).get(timeout=20) == 6
+    assert chord([compat.add.s(1, 1), compat.add.s(2, 2)])(
+        compat.replaced_total.s()).get(timeout=20) == 6
+
+
 def test_priority_orders_jobs_within_an_account_and_accounts_still_rotate(fair, fair_store):
     for n in range(3):
         fair.job.apply_async(("busy", n), priority=9)
