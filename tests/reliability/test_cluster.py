@@ -84,6 +84,50 @@ def cluster_app(monkeypatch, redis_server):
     sys.modules.pop(APP, None)
 
 
+def test_every_store_operation_runs_on_a_cluster(cluster):
+    """Beyond enqueue and claim: chunks of scripts, limits (a MULTI/EXEC), the operator's views
+    (pipelines, HSCAN), dead letters, cancel, the event stream and the recorders' lock, TIME,
+    PING and SCAN at the store's own primary, and the WAIT of fairqueue_wait_replicas."""
+    from celery import Celery
+
+    from celery_fairqueue import DeadLetters
+    from celery_fairqueue.limits import AccountLimit
+    from celery_fairqueue.store import EventReader, Leadership, StoreInspector
+    from tests.harness.store_tools import ack_many, claim_jobs
+
+    app = Celery("t", broker="redis://127.0.0.1:1/0")
+    app.conf.update(fairqueue_redis_url=cluster.url, fairqueue_wait_replicas=1)
+    store = FairStore.from_settings(FairqueueSettings(redis_url=cluster.url, wait_replicas=1))
+    app._fairqueue_store = store
+    store.ping()
+    assert abs(store.server_time() - time.time()) < 5
+    store.set_limit("acme", AccountLimit(rate="100/s", concurrency=5))
+    assert dict(store.limits())["acme"].concurrency == 5
+    assert put(store, "acme", 1) == "acme-1:0"  # WAIT 1: the replica confirmed it
+    results = store.enqueue_many([dict(queue="default", account=f"a{n % 3}", job_id=f"m{n}:0",
+                                       envelope="{}") for n in range(10)], chunk=4)
+    assert all(r.created for r in results)
+    status = StoreInspector(app).status()
+    assert status.queues[0].ready == 11
+    assert StoreInspector(app).accounts().rows
+    claimed = claim_jobs(store, ["default"], 20, "w1", AccountLimit().pack(0))
+    assert len(claimed) == 11 and all(ack_many(store, claimed, "w1"))
+    store.bury("x-1:0", "poison", job_key="k1", record={"task": "t", "account": "acme"})
+    assert DeadLetters(app, store).count() == 1 and DeadLetters(app, store).list()
+    put(store, "acme", 2, due=time.time() + 3600)
+    assert store.cancel("acme-2") == ["acme-2:0"]
+    reader = EventReader(store, "c1")
+    reader.ensure_group()
+    store.emit("succeeded", job="acme-1:0")
+    events = reader.read(block_ms=10)
+    assert events and reader.ack(events) is None and reader.backlog() == 0
+    lead = Leadership(store, 5)
+    assert lead.acquire() and lead.renew()
+    lead.release()
+    assert store.clear() > 0 and store.clear() == 0
+    store.client.close()
+
+
 class Producer(threading.Thread):
     """``.delay()`` at RATE jobs a second; a call that raises StoreUnavailableError (the
     producer's one EnqueueError) is counted and made again with the same arguments (the same
