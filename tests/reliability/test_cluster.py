@@ -19,7 +19,6 @@ import time
 from urllib.parse import quote
 
 import pytest
-import redis
 from redis.cluster import key_slot
 
 from celery_fairqueue import ConfigurationError, StoreUnavailableError
