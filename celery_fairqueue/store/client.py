@@ -278,7 +278,7 @@ def make_client(url: str, socket_timeout: float = 10.0, retries: int = 6,
         client = _sentinel_client(url, dict(transport_options or {}), options)
     elif url.startswith(("redis+cluster://", "rediss+cluster://")):
         from .cluster import cluster_client  # cluster.py builds on this module
-        client = cluster_client(url, transport_options or {}, options)
+        client = cluster_client(url, transport_options or {}, options, retries)
     else:
         client = StoreClient.from_url(url, **options)  # type: ignore[assignment]
     client.store_url = url

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.connection import SSLConnection, parse_url
 from redis.exceptions import (
@@ -92,17 +93,27 @@ def check_cluster_options(options: Mapping[str, Any]) -> None:
             f"it takes {', '.join(CLUSTER_OPTIONS)} (timeouts and retries are the store's own)")
 
 
-def cluster_client(url: str, transport_options: Mapping[str, Any],
-                   options: dict[str, Any]) -> StoreClusterClient:
+#: The first redis-py whose cluster pipelines take ``transaction=True`` (MULTI/EXEC in one slot),
+#: which the store's limits and the recorder's acknowledgements use.
+MIN_REDIS_PY = (6, 1)
+
+
+def cluster_client(url: str, transport_options: Mapping[str, Any], options: dict[str, Any],
+                   retries: int) -> StoreClusterClient:
     """A cluster client for ``url`` with the store's connection ``options`` (see make_client)."""
+    installed = tuple(int(p) for p in redis.__version__.split(".")[:2] if p.isdigit())
+    if installed < MIN_REDIS_PY:
+        raise ConfigurationError(
+            f"fairqueue_redis_url: a redis+cluster:// store needs redis-py "
+            f"{'.'.join(map(str, MIN_REDIS_PY))} or later (transactions in cluster pipelines); "
+            f"redis-py {redis.__version__} is installed")
     check_cluster_options(transport_options)
     nodes, url_options = parse_cluster_url(url)
-    retry: Retry = options.pop("retry")
     # the nodes' own connections never retry in redis-py's cluster client: the cluster client
     # retries, after asking the cluster for its slot map again
-    for name in ("retry_on_error", "health_check_interval"):
+    for name in ("retry", "retry_on_error", "health_check_interval"):
         options.pop(name, None)
-    return StoreClusterClient(nodes, retries=retry.get_retries(),
+    return StoreClusterClient(nodes, retries=retries,
                               **{**transport_options, **url_options, **options})
 
 
@@ -147,7 +158,7 @@ class StoreClusterClient(_Translating, RedisCluster):
             try:
                 RedisCluster.__init__(
                     self, startup_nodes=[ClusterNode(host, port) for host, port in self._nodes],
-                    retry=Retry(redis.backoff.NoBackoff(), self._retries), **self._kwargs)
+                    retry=Retry(NoBackoff(), self._retries), **self._kwargs)
             except (redis.RedisError, RedisClusterException) as exc:
                 raise translate(exc, self.store_url, "asking the cluster for its slots") from exc
             finally:
@@ -164,15 +175,13 @@ class StoreClusterClient(_Translating, RedisCluster):
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> StoreClusterPipeline:
         self._start()
-        pipe = StoreClusterPipeline(
-            nodes_manager=self.nodes_manager, commands_parser=self.commands_parser,
-            startup_nodes=list(self.nodes_manager.startup_nodes.values()),
-            result_callbacks=self.result_callbacks,
-            cluster_response_callbacks=self.cluster_response_callbacks,
-            read_from_replicas=self.read_from_replicas,
-            load_balancing_strategy=self.load_balancing_strategy,
-            reinitialize_steps=self.reinitialize_steps, retry=self.retry, lock=self._lock,
-            transaction=transaction, event_dispatcher=self._event_dispatcher)
+        try:
+            pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
+        except RedisClusterException as exc:
+            raise translate(exc, self.store_url, "a pipeline") from exc
+        # redis-py builds its ClusterPipeline from the client's internals, which change between
+        # releases; the pipeline it built becomes the translating one (no state of its own)
+        pipe.__class__ = StoreClusterPipeline
         pipe.store_url = self.store_url
         return pipe
 
