@@ -19,16 +19,22 @@ import time
 from urllib.parse import quote
 
 import pytest
+import redis
 from redis.cluster import key_slot
 
 from celery_fairqueue import ConfigurationError, StoreUnavailableError
 from celery_fairqueue.settings import FairqueueSettings
 from celery_fairqueue.store import FairStore
-from celery_fairqueue.store.cluster import StoreClusterClient, parse_cluster_url
+from celery_fairqueue.store.cluster import MIN_REDIS_PY, StoreClusterClient, parse_cluster_url
 from celery_fairqueue.store.keys import Keys
 from tests.harness import wait_until
 from tests.harness.redis_cluster import ClusterGroup
 from tests.integration.conftest import put
+
+pytestmark = pytest.mark.skipif(
+    tuple(int(p) for p in redis.__version__.split(".")[:2]) < MIN_REDIS_PY,
+    reason=f"redis+cluster:// needs redis-py {MIN_REDIS_PY} or later (Celery 5.5's kombu pins "
+           "redis-py <= 5.2.1)")
 
 APP = "tests.apps.cluster"
 RATE = 25.0  # jobs a second
