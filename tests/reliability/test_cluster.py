@@ -303,6 +303,9 @@ def test_a_primary_failover_loses_no_acknowledged_job(
            f" ms, {len(producer.errors)} enqueues retried, {len(duplicates)} run twice")
 
     assert all(worker.is_alive() for worker in workers)
+    logs = "\n".join(worker.log_path.read_text() for worker in workers)
+    # the workers warned once that the store failed, and once that it answers again
+    assert "retrying quietly until the fair store answers" in logs and "works again" in logs
     assert not set(counts) - set(acked), "side effects of jobs never acknowledged"
     late = {key: round(at - killed, 3) for key, at in lost.items() if at > killed + 0.05}
     assert not late, f"jobs acknowledged after the kill were lost: {late}"
