@@ -9,6 +9,7 @@ from kombu.message import Message
 from kombu.serialization import loads
 
 from ..envelope import JSON_CONTENT_TYPE, Envelope, MalformedEnvelopeError
+from ..protocol import EXPIRED_HEADER
 from ..store import ClaimedJob
 
 if TYPE_CHECKING:
@@ -54,16 +55,21 @@ def read_envelope(job: ClaimedJob) -> Envelope:
     return envelope
 
 
-def job_message(job: ClaimedJob, envelope: Envelope, channel: Any) -> Message:
-    """The kombu message of a claimed job, as the broker would have delivered it."""
+def job_message(job: ClaimedJob, envelope: Envelope, channel: Any,
+                expired: bool = False) -> Message:
+    """The kombu message of a claimed job, as the broker would have delivered it; ``expired``
+    marks one the claim dropped past its ``expires``, for Celery to record as revoked."""
     # The eta stays in the headers for the task's request (self.request.eta), as with the
     # broker; FairRequest keeps Celery's strategy from waiting for it again.
+    headers = dict(envelope.headers)
+    if expired:
+        headers[EXPIRED_HEADER] = True
     # kombu's virtual transports default the priority property to 0, and Celery reports it
     # as delivery_info['priority'].
     properties = {**envelope.properties, "priority": envelope.properties.get("priority") or 0}
     return Message(
         body=envelope.body, delivery_tag=job.job_id, content_type=envelope.content_type,
-        content_encoding=envelope.content_encoding, headers=dict(envelope.headers),
+        content_encoding=envelope.content_encoding, headers=headers,
         properties=properties, channel=channel, accept=ACCEPT,
         delivery_info={"exchange": "", "routing_key": job.queue,
                        "redelivered": job.deliveries > 1, "priority": properties["priority"]},

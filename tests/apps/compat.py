@@ -57,3 +57,21 @@ def request_eta(self):
 @app.task
 def identity(x):
     return x
+
+
+@app.task
+def note(text):
+    """Leaves ``text`` in the ledger list ``ran``: what ran, in order."""
+    r.rpush("ran", text)
+    return text
+
+
+@app.task
+def total(numbers):
+    return sum(numbers)
+
+
+@app.task(bind=True)
+def replaced_total(self, numbers):
+    """A chord body that replaces itself."""
+    raise self.replace(total.s(numbers))
