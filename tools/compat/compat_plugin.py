@@ -45,8 +45,13 @@ FAIR_CONFIG = {
 APP_FIXTURES = frozenset({"celery_app", "celery_session_app"})
 
 published: Counter[str] = Counter()
-#: The test whose call is running and when it must end (see ``pytest_runtest_logreport``).
+#: When each test started, and the test whose call is running with the time it must end by
+#: (see ``pytest_runtest_logreport``).
+started: dict[str, float] = {}
 running: dict[str, float] = {}
+#: pytest-timeout's alarm and the deadline here start a moment apart: a subtest reported this
+#: close to the deadline is the one the alarm interrupted.
+SLACK = 1.0
 
 
 class CompatFairTask(FairTask):
@@ -98,8 +103,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
+    # pytest-timeout's timer starts here too (setup, call and teardown share it)
+    started[item.nodeid] = time.monotonic()
+    try:
+        return (yield)
+    finally:
+        started.pop(item.nodeid, None)
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    running[item.nodeid] = time.monotonic() + float(item.config.getoption("--compat-timeout"))
+    start = started.get(item.nodeid, time.monotonic())
+    running[item.nodeid] = start + float(item.config.getoption("--compat-timeout"))
     try:
         return (yield)
     finally:
@@ -112,7 +128,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> Generator[None, None,
     the test here (raised out of the subtest's ``with``) instead of starting the next one."""
     result = yield
     deadline = running.get(report.nodeid)
-    if deadline is not None and time.monotonic() > deadline:
+    if deadline is not None and time.monotonic() > deadline - SLACK:
         running.pop(report.nodeid, None)
         pytest.fail("compat: over --compat-timeout; the remaining subtests were not run",
                     pytrace=False)
