@@ -22,8 +22,10 @@ from .keys import QueueKeys, decode_id, encode_id
 #: Most hash fields one answer reads from a per-account hash.
 SCAN_LIMIT = 10_000
 
-AccountState = Literal["ready", "paused", "capped", "idle"]
-_STATES: dict[str | None, AccountState] = {"r": "ready", "p": "paused", "c": "capped"}
+#: paused: by its limit (rate, window), until its token or window comes; held: by an operator
+AccountState = Literal["ready", "paused", "capped", "held", "idle"]
+_STATES: dict[str | None, AccountState] = {"r": "ready", "p": "paused", "c": "capped",
+                                           "o": "held"}
 
 
 @dataclass(frozen=True)

@@ -328,3 +328,20 @@ def test_a_lone_surrogate_account_is_a_valid_metric_label(fair, redis_client):
     put(store_for(fair.app), "\ud800 x", 1, queue="celery")
     text = generate_latest(make_registry(fair.app)).decode()
     assert 'account="\\\\ud800 x"' in text
+
+
+def test_a_waiting_entry_whose_job_is_gone_does_not_age_the_queue(store):
+    inspector = Inspector(store)
+    put(store, "acme", 1)
+    since = inspector.queue_oldest_waiting()["default"]
+    # a code path that dropped a job without its waiting entry (as an older script would)
+    store.client.zadd(store.keys.queue("default").waiting, {"lost:0": since - 3600})
+    assert inspector.queue_oldest_waiting()["default"] == since
+
+
+def test_the_accounts_listing_shows_an_operator_pause_as_held(store):
+    put(store, "acme", 1)
+    store.pause("acme")
+    claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT)
+    [row] = Inspector(store).accounts().rows
+    assert (row.account, row.state, row.ready) == ("acme", "held", 1)
