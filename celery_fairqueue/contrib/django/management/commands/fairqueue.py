@@ -46,6 +46,7 @@ USER_HELP = ("Act as this user, who must hold the permission {perm} (as in the a
              "command refuses otherwise.")
 #: The permissions of the console's actions (the admin asks for the same).
 PAUSE_PERMISSION = "celery_fairqueue.pause_account"
+RESUME_PERMISSION = "celery_fairqueue.resume_account"
 CANCEL_PERMISSION = "celery_fairqueue.cancel_job"
 RUN_NOW_PERMISSION = "celery_fairqueue.run_job_now"
 
@@ -85,13 +86,15 @@ class Command(BaseCommand):
         scheduled.add_argument("-Q", "--queues", help="Comma-separated fair queues to show.")
         scheduled.add_argument("--limit", type=int, default=50, help="Most jobs to show.")
 
-        for name, text in (("pause", "Stop handing out an account's or a queue's jobs"),
-                           ("resume", "End the pause made with the same --account/--queue")):
-            action = commands.add_parser(name, help=f"{text} (needs --user with pause_account).")
+        for name, perm, text in (
+                ("pause", PAUSE_PERMISSION, "Stop handing out an account's or a queue's jobs"),
+                ("resume", RESUME_PERMISSION, "End the pause made with the same --account and "
+                                              "--queue")):
+            action = commands.add_parser(name, help=f"{text} (needs --user with "
+                                                    f"{perm.split('.')[1]}).")
             action.add_argument("--account", help="The account (with --queue: only there).")
             action.add_argument("--queue", help="The queue (without --account: all of it).")
-            action.add_argument("--user", required=True,
-                                help=USER_HELP.format(perm=PAUSE_PERMISSION))
+            action.add_argument("--user", required=True, help=USER_HELP.format(perm=perm))
             if name == "pause":
                 action.add_argument("--reason", default="", help="Why, for whoever looks later.")
         for name, perm, text in (
@@ -184,7 +187,7 @@ class Command(BaseCommand):
 
     def resume(self, options: dict[str, Any]) -> None:
         account, queue = self.scope(options)
-        require(self.user(options["user"]), PAUSE_PERMISSION)
+        require(self.user(options["user"]), RESUME_PERMISSION)
         resumed = resume(celery_app(), account, queue)
         self.stdout.write(resume_report(account, queue, resumed))
         if not resumed:
