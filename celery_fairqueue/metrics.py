@@ -58,6 +58,8 @@ COUNTERS = {
     "replayed": "Dead letters sent again.",
     "acked": "Leased jobs settled by their worker.",
     "capped": "Claims that skipped an account at its concurrency cap.",
+    "cancelled": "Waiting jobs taken out of the store by a revoke or cancel().",
+    "expired": "Jobs dropped by the claim, past Celery's expires, without running.",
 }
 QUEUE_GAUGES = {
     "ready": ("fairqueue_ready_jobs", "Jobs waiting for a worker."),

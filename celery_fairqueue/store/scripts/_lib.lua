@@ -41,9 +41,11 @@ local function queue_keys(i)
           name = string.match(KEYS[b + 1], ':q:([^:]+):ring$')}
 end
 
--- meta is "queue account seq job_key" (job_key "-" when the job has none)
+-- meta is "queue account seq job_key" (job_key "-" when the job has none), then " expires"
+-- (epoch seconds) for a job sent with Celery's ``expires``
 local function split_meta(meta)
-  return string.match(meta, '^(%S+) (%S+) (%S+) (%S+)$')
+  local queue, account, seq, job_key, expires = string.match(meta, '^(%S+) (%S+) (%S+) (%S+) ?(%S*)$')
+  return queue, account, seq, job_key, tonumber(expires)
 end
 
 local function hget_number(key, field)
