@@ -170,7 +170,7 @@ local out, claimed, skips, live, empty = {-1}, 0, 0, nq, {}
 for i = 1, nq do
   queues[i] = queue_keys(i)
   promote(queues[i])
-  if redis.call('HEXISTS', K_PAUSES, 'q:' .. queues[i].name) == 1 then
+  if queue_paused(queues[i]) then
     empty[i] = true  -- paused by an operator: its jobs stay ready
     live = live - 1
   end
