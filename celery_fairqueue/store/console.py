@@ -335,7 +335,7 @@ class ConsoleViews:
             known = [float(s) for s in scores if s is not None]
             if known:
                 oldest = min(known) if oldest is None else min(oldest, *known)
-            complete = complete and len(heads) <= OLDEST_SCAN
+            complete = complete and len(heads) >= nready  # all read: none beyond the bound
         deferred = nready if state == "p" else 0
         reason, text, until = self._reason(
             now=now, waiting=nready + delayed_due, running=running, state=state,
