@@ -163,18 +163,6 @@ class StoreControls:
                 break
         return sorted(found, key=lambda p: (p.at, p.queue or "", p.account or ""))
 
-    def pauses_of(self, account: str, queue: str) -> tuple[OperatorPause | None,
-                                                          OperatorPause | None]:
-        """The pauses that hold ``account`` in ``queue``: (the queue's, the account's own in
-        this queue or in every queue), None where there is none."""
-        fields = [pause_field(None, queue), pause_field(account, queue),
-                  pause_field(account, None)]
-        raws = self.client.hmget(self.keys.pauses, fields)
-        queue_pause = parse_pause(fields[0], _text(raws[0])) if raws[0] else None
-        own = next((parse_pause(f, _text(r)) for f, r in zip(fields[1:], raws[1:], strict=True)
-                    if r), None)
-        return queue_pause, own
-
     # -- worker registry -----------------------------------------------------------------------
 
     def registry_ttl(self) -> float:
