@@ -17,7 +17,7 @@ from typing import Any
 
 from ..protocol import delivery_id
 from ..settings import FairqueueSettings
-from .client import StoreClient, operation
+from .client import AnyClient
 from .keys import Keys, QueueKeys, decode_id, encode_id
 
 #: Retries of one task whose deliveries cancel and run_now look through.
@@ -92,16 +92,12 @@ class WorkerRegistration:
 class StoreControls:
     """Pause, resume, run now and the worker registry; FairStore provides the attributes."""
 
-    client: StoreClient
+    client: AnyClient
     keys: Keys
     settings: FairqueueSettings
 
     def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any]) -> Any:
         raise NotImplementedError  # FairStore._run
-
-    def _queue_call(self, pipe: Any, name: str, queues: Sequence[QueueKeys],
-                    args: Sequence[Any]) -> None:
-        raise NotImplementedError  # FairStore._queue_call
 
     def known_queues(self) -> list[str]:
         raise NotImplementedError  # FairStore.known_queues
@@ -181,13 +177,6 @@ class StoreControls:
                   job_ids: Sequence[str]) -> list[str]:
         """One round trip: extend the leases of ``job_ids`` this worker owns and renew its
         registration; returns the ids whose lease it lost."""
-        pipe = self.client.pipeline(transaction=False)
-        ids = list(job_ids)
-        if ids:
-            self._queue_call(pipe, "extend", [],
-                             [worker_id, self.settings.lease_seconds, *ids])
-        self._queue_call(pipe, "register_worker", [],
-                         [worker_id, registration.to_json(), self.registry_ttl()])
-        with operation("heartbeat"):
-            replies = pipe.execute()
-        return list(replies[0]) if ids else []
+        return list(self._run("heartbeat", [], [worker_id, self.settings.lease_seconds,
+                                                 registration.to_json(), self.registry_ttl(),
+                                                 *job_ids]))
