@@ -17,7 +17,7 @@ from typing import Any
 
 from ..protocol import delivery_id
 from ..settings import FairqueueSettings
-from .client import StoreClient, operation
+from .client import AnyClient, operation
 from .keys import Keys, QueueKeys, decode_id, encode_id
 
 #: Retries of one task whose deliveries cancel and run_now look through.
@@ -92,7 +92,7 @@ class WorkerRegistration:
 class StoreControls:
     """Pause, resume, run now and the worker registry; FairStore provides the attributes."""
 
-    client: StoreClient
+    client: AnyClient
     keys: Keys
     settings: FairqueueSettings
 

@@ -23,7 +23,7 @@ from ..errors import BacklogFullError, DeadLetterNotFound
 from ..limits import AccountLimit
 from ..protocol import event_fields, task_id_of
 from ..settings import FairqueueSettings, settings_for
-from .client import StoreClient, make_client, operation
+from .client import AnyClient, make_client, operation
 from .controls import StoreControls
 from .keys import Keys, QueueKeys, decode_id, encode_id, encode_job_key
 
@@ -104,7 +104,7 @@ class FairStore(StoreControls):
     """Enqueue, claim, settle, extend and reap fair jobs in one Redis; pause, resume, run now
     and the worker registry come from :class:`StoreControls`."""
 
-    def __init__(self, client: StoreClient, keys: Keys, settings: FairqueueSettings) -> None:
+    def __init__(self, client: AnyClient, keys: Keys, settings: FairqueueSettings) -> None:
         self.client = client
         self.keys = keys
         self.settings = settings
@@ -153,13 +153,15 @@ class FairStore(StoreControls):
         dropped connection) is harmless: every script is idempotent per job id and token."""
         script = self._scripts[name]
         results: list[Any] = []
-        pipe = self.client.pipeline(transaction=False)
+        batch: list[tuple[list[str], list[Any]]] = []
         with operation(name):
-            for n, (queues, args) in enumerate(calls, 1):
-                script(keys=self._keys_for(queues), args=[wire(a) for a in args], client=pipe)
-                if n % chunk == 0:
-                    results.extend(pipe.execute())
-            results.extend(pipe.execute())
+            for queues, args in calls:
+                batch.append((self._keys_for(queues), [wire(a) for a in args]))
+                if len(batch) == chunk:
+                    results.extend(self.client.run_scripts(script, batch))
+                    batch = []
+            if batch:
+                results.extend(self.client.run_scripts(script, batch))
         return results
 
     # -- producer side -------------------------------------------------------------------------
@@ -377,12 +379,12 @@ class FairStore(StoreControls):
         """Delete every key of this store (those under its prefix), for test suites and for
         decommissioning a store; returns how many were deleted."""
         pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self.keys.tag) + ":*"
-        keys = list(self.client.scan_iter(match=pattern, count=1000))
+        keys = list(self.client.scan_at(self.keys.jobs, match=pattern, count=1000))
         return sum(int(self.client.delete(*keys[n:n + 500])) for n in range(0, len(keys), 500))
 
     def ping(self) -> None:
         """Raise StoreUnavailableError unless Redis answers."""
-        self.client.ping()
+        self.client.ping_at(self.keys.jobs)
 
     def instance(self) -> str:
         """The store's instance id, created on first use; a new one means the data was lost."""
@@ -390,7 +392,7 @@ class FairStore(StoreControls):
         return str(self.client.get(self.keys.instance))
 
     def server_time(self) -> float:
-        seconds, micros = self.client.time()
+        seconds, micros = self.client.time_at(self.keys.jobs)
         return seconds + micros / 1e6
 
     def counts(self, queue: str) -> dict[str, int]:
