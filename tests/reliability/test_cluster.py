@@ -316,3 +316,15 @@ def test_a_primary_failover_loses_no_acknowledged_job(
     assert producer.acked_after(killed) >= 3 * RATE  # jobs kept coming and running
     with cluster.client() as client:
         assert int(client.hget(keys.stats, "acked") or 0) > 0
+
+
+def test_an_idle_worker_on_a_cluster_store_is_woken_not_polled(cluster, cluster_app,
+                                                                 celery_worker_factory, ledger):
+    """The scripts PUBLISH on the queue's wake channel at the store's node; a cluster
+    propagates it to every node, so the worker's subscription, wherever it landed, hears it."""
+    app = cluster_app(cluster.url, 0)
+    celery_worker_factory(APP, env={"FQ_CLUSTER_URL": cluster.url, "FQ_WAIT_REPLICAS": "0",
+                                    "FQ_POLL_INTERVAL": "60"})
+    time.sleep(1)  # its first claims found nothing: it waits
+    app.job.delay("acme", 1)
+    assert wait_until(lambda: ledger.counts() == {"acme:1": 1}, 15)
