@@ -59,7 +59,8 @@ class FairqueueSettings:
         10.0, "How often a worker extends the leases of the jobs it runs.")
     reap_interval: float = _setting(5.0, "How often a worker returns expired leases to ready.")
     poll_interval: float = _setting(
-        0.1, "How often an idle worker with free slots asks the store for work.")
+        5.0, "How often an idle worker asks the store for work anyway: the store wakes idle "
+        "workers the moment work appears (Redis pub/sub), so this is the fallback.")
     claim_batch: int = _setting(64, "Most jobs one claim call leases.")
     promote_batch: int = _setting(
         200, "Most due delayed jobs, and paused accounts, one claim call makes ready.")
@@ -82,6 +83,9 @@ class FairqueueSettings:
         "0: no bound.")
     max_retry_delay: float = _setting(
         86400.0, "Longest wait before a retry: a longer Retry-After or backoff is cut to it.")
+    metrics_top_accounts: int = _setting(
+        10, "Accounts per queue, those waiting longest, whose oldest waiting age the metrics "
+        "show (fairqueue_account_oldest_waiting_age_seconds): it bounds the series. 0: none.")
     default_account: str | None = _setting(
         None, "Account of a fair job that names none (no account= and no account_arg value); "
         "unset, such a job is refused with MissingAccountError.")
@@ -129,7 +133,7 @@ class FairqueueSettings:
                 raise ConfigurationError(f"fairqueue_{name} must be at least 1")
         if self.wait_replicas < 0:
             raise ConfigurationError("fairqueue_wait_replicas must be 0 (do not wait) or more")
-        for name in ("max_pending_per_account", "max_pending"):
+        for name in ("max_pending_per_account", "max_pending", "metrics_top_accounts"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"fairqueue_{name} must be 0 (no bound) or more")
         if self.heartbeat_interval * 2 > self.lease_seconds:

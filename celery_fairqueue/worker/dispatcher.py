@@ -21,9 +21,10 @@ from celery.worker import state as worker_state
 
 from ..errors import FairqueueError
 from ..settings import settings_for
-from ..store import ClaimedJob, FairStore, display_url
+from ..store import ClaimedJob, FairStore, WorkerRegistration, display_url
 from .channel import FairChannel, job_message, read_envelope
 from .outage import Outage
+from .wakeups import Wakeups
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class FairDispatcher:
         self._due_at = 0.0
         self._stopping = threading.Event()
         self._maintainer: threading.Thread | None = None
+        self._wakeups: Wakeups | None = None
         self._instance: str | None = None  # see _check_instance
         self._default_limit = ""
         self._claims = Outage("claiming")
@@ -83,10 +85,15 @@ class FairDispatcher:
         if self._instance is None:
             with contextlib.suppress(FairqueueError, OSError):
                 self._instance = self.store.instance()
+        with contextlib.suppress(FairqueueError, OSError):  # the heartbeat registers it later
+            self.store.register_worker(self.token, self.registration())
         if self._maintainer is None:
             self._maintainer = threading.Thread(
                 target=self._maintain, name="fairqueue-maintenance", daemon=True)
             self._maintainer.start()
+        if self._wakeups is None:
+            self._wakeups = Wakeups(self.store, self.queues, self.wake)
+            self._wakeups.start()
         logger.info("fairqueue: claiming fair jobs from queues %s of %s as %s",
                     ", ".join(self.queues), display_url(self.settings.redis_url or ""),
                     self.token)
@@ -103,13 +110,23 @@ class FairDispatcher:
             hub.remove_reader(self._wake_r)
 
     def shutdown(self) -> None:
-        """Give back what is still held (a cold shutdown) and stop the maintenance thread."""
+        """Give back what is still held (a cold shutdown), stop the maintenance thread and
+        leave the registry of live workers."""
         self.stop()
         for job_id in list(self.held):
             self.settle(job_id, "requeue")
         self._stopping.set()
+        if self._wakeups is not None:
+            self._wakeups.stop()
         if self._maintainer is not None:
             self._maintainer.join(timeout=5)
+        with contextlib.suppress(FairqueueError, OSError):  # else it expires
+            self.store.unregister_worker(self.token)
+
+    def registration(self) -> WorkerRegistration:
+        """What the registry of live workers shows of this worker (the console, status)."""
+        return WorkerRegistration(name=str(self.consumer.hostname), queues=tuple(self.queues),
+                                  slots=int(getattr(self.consumer.pool, "num_processes", 0) or 0))
 
     # -- claiming ------------------------------------------------------------------------------
 
@@ -154,7 +171,7 @@ class FairDispatcher:
             self._dispatch(job)
         for job in claim.expired:
             self._revoke_expired(job)
-        if claim.next_due is not None and claim.next_due < self.settings.poll_interval:
+        if claim.next_due is not None:
             self._claim_at(claim.next_due)
 
     def _claim_at(self, delay: float) -> None:
@@ -286,7 +303,9 @@ class FairDispatcher:
                 if now - last_beat >= s.heartbeat_interval:
                     last_beat, asked = now, True
                     self._check_instance()
-                    for job_id in self.store.extend(self.token, list(self.held)):
+                    lost = self.store.heartbeat(self.token, self.registration(),
+                                                list(self.held))
+                    for job_id in lost:
                         logger.warning("fairqueue: lease of running job %s was lost", job_id)
                 if now - last_reap >= s.reap_interval:
                     last_reap, asked = now, True

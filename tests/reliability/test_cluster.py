@@ -316,3 +316,55 @@ def test_a_primary_failover_loses_no_acknowledged_job(
     assert producer.acked_after(killed) >= 3 * RATE  # jobs kept coming and running
     with cluster.client() as client:
         assert int(client.hget(keys.stats, "acked") or 0) > 0
+
+
+def test_the_console_operations_run_on_a_cluster(cluster):
+    """Pause and resume, run now, the worker registry and its heartbeat, and every console view
+    (pipelines at the store's slot, the store's clock from its own primary)."""
+    from celery import Celery
+
+    from celery_fairqueue.limits import AccountLimit
+    from celery_fairqueue.store import StoreInspector, WorkerRegistration
+    from tests.harness.store_tools import claim_jobs
+
+    app = Celery("t", broker="redis://127.0.0.1:1/0")
+    app.conf.update(fairqueue_redis_url=cluster.url)
+    store = FairStore.from_settings(FairqueueSettings(redis_url=cluster.url))
+    app._fairqueue_store = store
+    inspector = StoreInspector(app)
+    no_limit = AccountLimit().pack(0)
+    put(store, "acme", 1)
+    put(store, "acme", 2, due=time.time() + 3600)
+    put(store, "other", 1)
+    store.pause("acme", by="ops", reason="x")
+    assert [j.account for j in claim_jobs(store, ["default"], 5, "w1", no_limit)] == ["other"]
+    store.register_worker("w1", WorkerRegistration("celery@a", ("default",), 2))
+    assert store.heartbeat("w1", WorkerRegistration("celery@a", ("default",), 2),
+                           ["other-1:0"]) == []
+    assert [w.name for w in inspector.workers()] == ["celery@a"]
+    [state] = inspector.account_state("acme", ["default"])
+    assert (state.reason, state.paused_by, state.ready, state.delayed_future) == (
+        "paused", "ops", 1, 1)
+    assert inspector.queue_oldest_waiting()["default"] is not None
+    assert [j.state for j in inspector.live_jobs("acme")] == ["ready", "delayed"]
+    assert inspector.oldest_accounts("default", 5)[0][0] == "acme"
+    assert store.run_now("acme-2") == ["acme-2:0"]
+    assert store.resume("acme") is True
+    assert len(claim_jobs(store, ["default"], 5, "w1", no_limit)) == 2
+    assert inspector.status().workers
+    store.unregister_worker("w1")
+    assert inspector.workers() == []
+    assert store.clear() > 0
+    store.client.close()
+
+
+def test_an_idle_worker_on_a_cluster_store_is_woken_not_polled(cluster, cluster_app,
+                                                                 celery_worker_factory, ledger):
+    """The scripts PUBLISH on the queue's wake channel at the store's node; a cluster
+    propagates it to every node, so the worker's subscription, wherever it landed, hears it."""
+    app = cluster_app(cluster.url, 0)
+    celery_worker_factory(APP, env={"FQ_CLUSTER_URL": cluster.url, "FQ_WAIT_REPLICAS": "0",
+                                    "FQ_POLL_INTERVAL": "60"})
+    time.sleep(1)  # its first claims found nothing: it waits
+    app.job.delay("acme", 1)
+    assert wait_until(lambda: ledger.counts() == {"acme:1": 1}, 15)

@@ -1,16 +1,17 @@
 -- Helpers shared by every script: store.py prepends this file to each script when it loads it.
 --
--- KEYS (every script): the 16 global keys of keys.Keys.global_keys(), then 7 keys per fair queue
--- in the order of keys.QUEUE_KEY_NAMES: ring, state, ready, nready, paused, delayed, running,
--- then the event stream.
+-- KEYS (every script): the 19 global keys of keys.Keys.global_keys(), then 10 keys per fair
+-- queue in the order of keys.QUEUE_KEY_NAMES: ring, state, ready, nready, paused, delayed,
+-- running, waiting, started, ndelayed; then the event stream.
 -- Account ids and queue names arrive percent-encoded (no spaces, no "|", no braces).
 -- All times are Redis server time, so workers with skewed clocks agree on leases and buckets.
 
 local K_JOBS, K_META, K_JOBKEYS, K_DONE, K_LEASES, K_OWNERS, K_LIMITS, K_BUCKETS, K_QUEUES,
-  K_SEQ, K_DELIVERIES, K_STATS, K_DEAD, K_DEADINDEX, K_MARKERS, K_PENDING = unpack(KEYS, 1, 16)
-local NGLOBAL = 16
-local NQKEYS = 7
--- the event stream is not one of KEYS[1..16]: it is the first key after the queues' keys, so
+  K_SEQ, K_DELIVERIES, K_STATS, K_DEAD, K_DEADINDEX, K_MARKERS, K_PENDING, K_PAUSES,
+  K_WORKERS, K_WORKERINFO = unpack(KEYS, 1, 19)
+local NGLOBAL = 19
+local NQKEYS = 10
+-- the event stream is not one of KEYS[1..19]: it is the first key after the queues' keys, so
 -- every script gets it last (see store.FairStore._run)
 local K_EVENTS = KEYS[#KEYS]
 local EVENTS_MAXLEN = 1000000
@@ -36,7 +37,9 @@ local function queue_keys(i)
   local b = NGLOBAL + (i - 1) * NQKEYS
   return {ring = KEYS[b + 1], state = KEYS[b + 2], ready = KEYS[b + 3], nready = KEYS[b + 4],
           paused = KEYS[b + 5], delayed = KEYS[b + 6], running = KEYS[b + 7],
-          name = string.match(KEYS[b + 1], ':q:([^:]+):ring$')}
+          waiting = KEYS[b + 8], started = KEYS[b + 9], ndelayed = KEYS[b + 10],
+          name = string.match(KEYS[b + 1], ':q:([^:]+):ring$'),
+          wake = (string.gsub(KEYS[b + 1], 'ring$', 'wake'))}
 end
 
 -- meta is "queue account seq job_key" (job_key "-" when the job has none), then " expires"
@@ -50,25 +53,41 @@ local function hget_number(key, field)
   return tonumber(redis.call('HGET', key, field) or '0')
 end
 
+-- The account joins the rotation. When the rotation was empty, the queue's idle workers are
+-- woken on its channel (worker/wakeups.py) instead of finding the work at their next poll.
+local function join_ring(qk, account, front)
+  if redis.call(front and 'LPUSH' or 'RPUSH', qk.ring, account) == 1 then
+    redis.call('PUBLISH', qk.wake, 'ready')
+  end
+end
+
 -- Back into the rotation if it has ready jobs, else out of the queue's state entirely. An account
 -- whose pause ended goes to the front: it waited for its token, and a later turn would waste it.
 local function rotate_in_or_forget(qk, account, front)
   if hget_number(qk.nready, account) > 0 then
     redis.call('HSET', qk.state, account, 'r')
-    redis.call(front and 'LPUSH' or 'RPUSH', qk.ring, account)
+    join_ring(qk, account, front)
   else
     redis.call('HDEL', qk.state, account)
   end
 end
 
+local function hincr_or_drop(key, field, by)
+  if redis.call('HINCRBY', key, field, by) <= 0 then
+    redis.call('HDEL', key, field)
+  end
+end
+
 -- A job joins its account's FIFO (ordered by seq); the account joins the rotation unless it is
--- already there, paused by a limit, or at its concurrency cap.
-local function make_ready(qk, account, seq, job_id)
+-- already there, paused by a limit or an operator, or at its concurrency cap. ``since`` (default
+-- now) is when it became ready, kept in waiting for the oldest waiting age.
+local function make_ready(qk, account, seq, job_id, since)
   redis.call('ZADD', qk.ready, 0, account .. '|' .. seq .. '|' .. job_id)
   redis.call('HINCRBY', qk.nready, account, 1)
+  redis.call('ZADD', qk.waiting, 'NX', since or now_seconds(), job_id)
   if not redis.call('HGET', qk.state, account) then
     redis.call('HSET', qk.state, account, 'r')
-    redis.call('RPUSH', qk.ring, account)
+    join_ring(qk, account)
   end
 end
 
@@ -80,6 +99,49 @@ local function release_running(qk, account)
   if redis.call('HGET', qk.state, account) == 'c' then
     rotate_in_or_forget(qk, account)
   end
+end
+
+-- A job waits for its time (eta, countdown, backoff); ndelayed counts it for its account. When
+-- it is now the first due, idle workers are woken to learn when to claim next.
+local function make_delayed(qk, account, job_id, due)
+  if redis.call('ZADD', qk.delayed, due, job_id) == 1 then
+    redis.call('HINCRBY', qk.ndelayed, account, 1)
+  end
+  if redis.call('ZRANGE', qk.delayed, 0, 0)[1] == job_id then
+    redis.call('PUBLISH', qk.wake, 'due')
+  end
+end
+
+-- Take a job out of the delayed set; false when it was not there.
+local function take_delayed(qk, account, job_id)
+  if redis.call('ZREM', qk.delayed, job_id) == 0 then
+    return false
+  end
+  hincr_or_drop(qk.ndelayed, account, -1)
+  return true
+end
+
+-- The operator pause that holds the account in this queue (see keys.Keys.pauses), or false.
+-- While no pause exists at all (the usual case) one HLEN per script answers for every account.
+local any_pause = nil
+local function operator_paused(qk, account)
+  if any_pause == nil then
+    any_pause = redis.call('HLEN', K_PAUSES) > 0
+  end
+  if not any_pause then
+    return false
+  end
+  local own, all = unpack(redis.call('HMGET', K_PAUSES, 'a:' .. account .. ':' .. qk.name,
+                                     'a:' .. account .. ':*'))
+  return own or all
+end
+
+-- Whether an operator paused the whole queue.
+local function queue_paused(qk)
+  if any_pause == nil then
+    any_pause = redis.call('HLEN', K_PAUSES) > 0
+  end
+  return any_pause and redis.call('HEXISTS', K_PAUSES, 'q:' .. qk.name) == 1
 end
 
 local function drop_lease(job_id)
@@ -94,17 +156,19 @@ local function release_lease(job_id, token, account)
     return false
   end
   drop_lease(job_id)
-  release_running(queue_keys(1), account)
+  local qk = queue_keys(1)
+  redis.call('HDEL', qk.started, job_id)
+  release_running(qk, account)
   return true
 end
 
+-- Forget a job for good. Callers have taken it out of ready (and waiting), delayed and its
+-- lease already; the console's readers skip an entry whose job is gone, should one stay.
 local function forget_job(job_id)
   local meta = redis.call('HGET', K_META, job_id)
   if meta then
     local _, account = split_meta(meta)
-    if redis.call('HINCRBY', K_PENDING, account, -1) <= 0 then
-      redis.call('HDEL', K_PENDING, account)
-    end
+    hincr_or_drop(K_PENDING, account, -1)
   end
   redis.call('HDEL', K_JOBS, job_id)
   redis.call('HDEL', K_META, job_id)
