@@ -15,7 +15,16 @@ from .errors import (
     StoreFullError,
     StoreUnavailableError,
 )
-from .install import cancel, clear_account_limit, get_account_limit, install, set_account_limit
+from .install import (
+    cancel,
+    clear_account_limit,
+    get_account_limit,
+    install,
+    pause,
+    resume,
+    run_now,
+    set_account_limit,
+)
 from .limits import AccountLimit
 from .retry import PermanentError, RetryableError, RetryPolicy
 from .store import DeadLetter, DeadLetters, store_for
@@ -49,6 +58,9 @@ __all__ = [
     "clear_account_limit",
     "get_account_limit",
     "install",
+    "pause",
+    "resume",
+    "run_now",
     "set_account_limit",
     "store_for",
 ]

@@ -9,10 +9,11 @@ from celery import Celery
 
 from .errors import StoreUnavailableError
 from .limits import AccountLimit
+from .protocol import task_id_of
 from .publish import install_publish_path
 from .redaction import RedactingFilter
 from .settings import settings_for
-from .store import store_for
+from .store import OperatorPause, store_for
 from .worker.request import QuietGiveBack
 from .worker.step import FairConsumerStep
 
@@ -60,11 +61,35 @@ def get_account_limit(app: Celery, account: str) -> AccountLimit | None:
 
 def cancel(app: Celery, task_id: str) -> bool:
     """Take a fair job that still waits (ready, deferred or delayed) out of the store, and
-    record it as revoked; False when it is not waiting (running, finished, or unknown)."""
+    record it as revoked; False when it is not waiting (running, finished, or unknown).
+    ``task_id`` is the Celery task id, or a delivery id (``<task id>:<retries>``)."""
     cancelled = store_for(app).cancel(task_id)
     if cancelled:
-        app.backend.mark_as_revoked(task_id, reason="cancelled while waiting in the fair store")
+        app.backend.mark_as_revoked(task_id_of(cancelled[0]),
+                                    reason="cancelled while waiting in the fair store")
     return bool(cancelled)
+
+
+def pause(app: Celery, account: str | None = None, queue: str | None = None, *,
+          by: str = "", reason: str = "") -> OperatorPause:
+    """Pause an account (in ``queue``, or in every queue) or a whole ``queue``: workers stop
+    claiming its jobs, which stay ready (not deferred, no attempt charged) until :func:`resume`.
+    ``by`` and ``reason`` are kept with the pause's time (Redis server time) for the console."""
+    return store_for(app).pause(None if account is None else str(account), queue, by=by,
+                                reason=reason)
+
+
+def resume(app: Celery, account: str | None = None, queue: str | None = None) -> bool:
+    """End the pause :func:`pause` made with the same ``account`` and ``queue``; the account
+    rotates again (unless another pause still holds it). False when there was no such pause."""
+    return store_for(app).resume(None if account is None else str(account), queue)
+
+
+def run_now(app: Celery, task_id: str) -> bool:
+    """Make a delayed fair job (eta, countdown, retry backoff) ready now; it still waits for its
+    account's limits and pauses. False when it is not delayed (ready, running or unknown).
+    ``task_id`` is the Celery task id, or a delivery id (``<task id>:<retries>``)."""
+    return bool(store_for(app).run_now(task_id))
 
 
 def install_revoke(app: Celery) -> None:

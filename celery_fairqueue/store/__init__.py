@@ -6,6 +6,8 @@ account ids go in and come out decoded.
 """
 
 from .client import display_url
+from .console import REASONS, LiveJob, QueueState, WorkerInfo
+from .controls import OperatorPause, WorkerRegistration
 from .core import Claim, ClaimedJob, EnqueueResult, FairStore, store_for
 from .dead_letters import DeadLetter, DeadLetterNotFound, DeadLetters
 from .events import RECORDER_GROUP, EventReader, Leadership
@@ -21,6 +23,7 @@ from .views import (
 )
 
 __all__ = [
+    "REASONS",
     "RECORDER_GROUP",
     "AccountPage",
     "AccountRow",
@@ -34,12 +37,17 @@ __all__ = [
     "FairStore",
     "Keys",
     "Leadership",
+    "LiveJob",
+    "OperatorPause",
     "PausedAccount",
     "QueueKeys",
+    "QueueState",
     "QueueStatus",
     "ScheduledJob",
     "StoreInspector",
     "StoreStatus",
+    "WorkerInfo",
+    "WorkerRegistration",
     "display_url",
     "store_for",
 ]

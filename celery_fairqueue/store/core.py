@@ -21,16 +21,16 @@ from celery import Celery
 
 from ..errors import BacklogFullError, DeadLetterNotFound
 from ..limits import AccountLimit
-from ..protocol import delivery_id, event_fields, task_id_of
+from ..protocol import event_fields, task_id_of
 from ..settings import FairqueueSettings, settings_for
 from .client import StoreClient, make_client, operation
+from .controls import StoreControls
 from .keys import Keys, QueueKeys, decode_id, encode_id, encode_job_key
 
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "extend", "reap", "trim_done",
                 "wake", "bury", "emit", "take_dead", "restore_dead", "purge_dead", "give_back",
-                "cancel")
+                "cancel", "pause", "resume", "run_now", "register_worker")
 EVENTS_CHECK_SECONDS = 5.0
-MAX_DELIVERY_LOOKUP = 4096  # retries of one task that cancel looks through
 
 
 def load_script_source(name: str) -> str:
@@ -99,8 +99,9 @@ class ClaimedJob:
     account: str
 
 
-class FairStore:
-    """Enqueue, claim, settle, extend and reap fair jobs in one Redis."""
+class FairStore(StoreControls):
+    """Enqueue, claim, settle, extend and reap fair jobs in one Redis; pause, resume, run now
+    and the worker registry come from :class:`StoreControls`."""
 
     def __init__(self, client: StoreClient, keys: Keys, settings: FairqueueSettings) -> None:
         self.client = client
@@ -138,6 +139,12 @@ class FairStore:
         with operation(name):
             return self._scripts[name](keys=self._keys_for(queues),
                                        args=[wire(a) for a in args])
+
+    def _queue_call(self, pipe: Any, name: str, queues: Sequence[QueueKeys],
+                    args: Sequence[Any]) -> None:
+        """Add a call of script ``name`` to ``pipe`` (its reply comes with the pipe's)."""
+        self._scripts[name](keys=self._keys_for(queues), args=[wire(a) for a in args],
+                            client=pipe)
 
     def _run_many(self, name: str, calls: Iterable[tuple[Sequence[QueueKeys], Sequence[Any]]],
                   chunk: int) -> list[Any]:
@@ -232,22 +239,9 @@ class FairStore:
     def cancel(self, task_id: str) -> list[str]:
         """Take the waiting deliveries of a Celery task out of the store (a revoke); returns
         the delivery ids cancelled. A running one stays: Celery's revoke stops it in its worker.
-        Deliveries follow each other (``id:0``, ``id:1``, ...) and earlier ones are forgotten,
-        so they are looked up in pages until a page holds none after one that did."""
-        cancelled: list[str] = []
-        seen = False
-        for start in range(0, MAX_DELIVERY_LOOKUP, 64):
-            ids = [delivery_id(task_id, n) for n in range(start, start + 64)]
-            metas = self.client.hmget(self.keys.meta, ids)
-            found = [(job_id, meta) for job_id, meta in zip(ids, metas, strict=True) if meta]
-            for job_id, meta in found:
-                queue = decode_id(str(meta).split(" ", 1)[0])
-                if self._run("cancel", [self.keys.queue(queue)], [job_id]) == 1:
-                    cancelled.append(job_id)
-            if seen and not found:
-                break
-            seen = seen or bool(found)
-        return cancelled
+        See :meth:`deliveries_of` for the ids it takes."""
+        return [job_id for job_id, queue in list(self.deliveries_of(task_id))
+                if self._run("cancel", [self.keys.queue(queue)], [job_id]) == 1]
 
     def give_back(self, queue: str, account: str, job_id: str, token: str,
                   wait: float) -> bool:

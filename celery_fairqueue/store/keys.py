@@ -22,7 +22,8 @@ def encode_job_key(job_key: str | None) -> str:
     """A business key as the scripts hold it (in meta, jobkeys, done): encoded, or "-"."""
     return encode_id(job_key) if job_key else NO_JOB_KEY
 
-QUEUE_KEY_NAMES = ("ring", "state", "ready", "nready", "paused", "delayed", "running")
+QUEUE_KEY_NAMES = ("ring", "state", "ready", "nready", "paused", "delayed", "running",
+                   "waiting", "started", "ndelayed")
 
 
 @dataclass(frozen=True)
@@ -30,12 +31,16 @@ class QueueKeys:
     """The keys of one fair queue, in the order the scripts expect them."""
 
     ring: str  # list of accounts with ready jobs, rotated by claim
-    state: str  # hash account -> r (in ring) | p (paused) | c (at concurrency cap)
+    state: str  # hash account -> r (in ring) | p (paused by its limit) | c (at concurrency cap)
+    #             | o (skipped while an operator pauses it; see Keys.pauses)
     ready: str  # sorted set, score 0, members "account|seq|job_id": per-account FIFO by lex
     nready: str  # hash account -> number of ready jobs
     paused: str  # sorted set account -> time its limit lets it run again
     delayed: str  # sorted set job_id -> due time (eta, countdown, retry backoff)
     running: str  # hash account -> jobs leased and not settled
+    waiting: str  # sorted set job_id -> time it became ready (ready and deferred jobs)
+    started: str  # hash job_id -> time its running lease was taken
+    ndelayed: str  # hash account -> number of delayed jobs
 
     def as_list(self) -> list[str]:
         return [getattr(self, name) for name in QUEUE_KEY_NAMES]
@@ -154,12 +159,29 @@ class Keys:
         """Hash of counters: enqueued, claimed, deferred, requeued, reaped, dead."""
         return self._key("stats")
 
+    @cached_property
+    def pauses(self) -> str:
+        """Hash of operator pauses -> JSON (by, at, reason): field ``q:<queue>`` pauses a queue,
+        ``a:<account>:<queue>`` an account in one queue, ``a:<account>:*`` in every queue."""
+        return self._key("pauses")
+
+    @cached_property
+    def workers(self) -> str:
+        """Sorted set worker id -> time its registration expires unless it beats again."""
+        return self._key("workers")
+
+    @cached_property
+    def worker_info(self) -> str:
+        """Hash worker id -> "heartbeat JSON" (name, queues, slots) of a live worker."""
+        return self._key("workerinfo")
+
     def global_keys(self) -> list[str]:
         """The keys every script receives first, in the order of the scripts' headers."""
         return [
             self.jobs, self.meta, self.job_keys, self.done, self.leases, self.owners,
             self.limits, self.buckets, self.queues, self.seq, self.deliveries, self.stats,
-            self.dead, self.dead_index, self.markers, self.pending,
+            self.dead, self.dead_index, self.markers, self.pending, self.pauses,
+            self.workers, self.worker_info,
         ]
 
     def queue(self, name: str) -> QueueKeys:

@@ -14,6 +14,7 @@ from celery import Celery
 
 from ..envelope import Envelope, MalformedEnvelopeError
 from ..limits import AccountLimit
+from .console import ConsoleViews
 from .core import store_for
 from .keys import QueueKeys, decode_id, encode_id
 
@@ -86,8 +87,9 @@ def _task_name(envelope: str | None) -> str | None:
         return None
 
 
-class StoreInspector:
-    """Answers the operator's questions about one app's fair store."""
+class StoreInspector(ConsoleViews):
+    """Answers the operator's questions about one app's fair store (the console's live views
+    come from :class:`~celery_fairqueue.store.console.ConsoleViews`)."""
 
     def __init__(self, app: Celery) -> None:
         self.store = store_for(app)

@@ -21,7 +21,7 @@ from celery.worker import state as worker_state
 
 from ..errors import FairqueueError
 from ..settings import settings_for
-from ..store import ClaimedJob, FairStore, display_url
+from ..store import ClaimedJob, FairStore, WorkerRegistration, display_url
 from .channel import FairChannel, job_message, read_envelope
 from .outage import Outage
 
@@ -82,6 +82,8 @@ class FairDispatcher:
         if self._instance is None:
             with contextlib.suppress(FairqueueError, OSError):
                 self._instance = self.store.instance()
+        with contextlib.suppress(FairqueueError, OSError):  # the heartbeat registers it later
+            self.store.register_worker(self.token, self.registration())
         if self._maintainer is None:
             self._maintainer = threading.Thread(
                 target=self._maintain, name="fairqueue-maintenance", daemon=True)
@@ -102,13 +104,21 @@ class FairDispatcher:
             hub.remove_reader(self._wake_r)
 
     def shutdown(self) -> None:
-        """Give back what is still held (a cold shutdown) and stop the maintenance thread."""
+        """Give back what is still held (a cold shutdown), stop the maintenance thread and
+        leave the registry of live workers."""
         self.stop()
         for job_id in list(self.held):
             self.settle(job_id, "requeue")
         self._stopping.set()
         if self._maintainer is not None:
             self._maintainer.join(timeout=5)
+        with contextlib.suppress(FairqueueError, OSError):  # else it expires
+            self.store.unregister_worker(self.token)
+
+    def registration(self) -> WorkerRegistration:
+        """What the registry of live workers shows of this worker (the console, status)."""
+        return WorkerRegistration(name=str(self.consumer.hostname), queues=tuple(self.queues),
+                                  slots=int(getattr(self.consumer.pool, "num_processes", 0) or 0))
 
     # -- claiming ------------------------------------------------------------------------------
 
@@ -263,7 +273,9 @@ class FairDispatcher:
                 if now - last_beat >= s.heartbeat_interval:
                     last_beat, asked = now, True
                     self._check_instance()
-                    for job_id in self.store.extend(self.token, list(self.held)):
+                    lost = self.store.heartbeat(self.token, self.registration(),
+                                                list(self.held))
+                    for job_id in lost:
                         logger.warning("fairqueue: lease of running job %s was lost", job_id)
                 if now - last_reap >= s.reap_interval:
                     last_reap, asked = now, True

@@ -1,16 +1,17 @@
 -- Helpers shared by every script: store.py prepends this file to each script when it loads it.
 --
--- KEYS (every script): the 16 global keys of keys.Keys.global_keys(), then 7 keys per fair queue
--- in the order of keys.QUEUE_KEY_NAMES: ring, state, ready, nready, paused, delayed, running,
--- then the event stream.
+-- KEYS (every script): the 19 global keys of keys.Keys.global_keys(), then 10 keys per fair
+-- queue in the order of keys.QUEUE_KEY_NAMES: ring, state, ready, nready, paused, delayed,
+-- running, waiting, started, ndelayed; then the event stream.
 -- Account ids and queue names arrive percent-encoded (no spaces, no "|", no braces).
 -- All times are Redis server time, so workers with skewed clocks agree on leases and buckets.
 
 local K_JOBS, K_META, K_JOBKEYS, K_DONE, K_LEASES, K_OWNERS, K_LIMITS, K_BUCKETS, K_QUEUES,
-  K_SEQ, K_DELIVERIES, K_STATS, K_DEAD, K_DEADINDEX, K_MARKERS, K_PENDING = unpack(KEYS, 1, 16)
-local NGLOBAL = 16
-local NQKEYS = 7
--- the event stream is not one of KEYS[1..16]: it is the first key after the queues' keys, so
+  K_SEQ, K_DELIVERIES, K_STATS, K_DEAD, K_DEADINDEX, K_MARKERS, K_PENDING, K_PAUSES,
+  K_WORKERS, K_WORKERINFO = unpack(KEYS, 1, 19)
+local NGLOBAL = 19
+local NQKEYS = 10
+-- the event stream is not one of KEYS[1..19]: it is the first key after the queues' keys, so
 -- every script gets it last (see store.FairStore._run)
 local K_EVENTS = KEYS[#KEYS]
 local EVENTS_MAXLEN = 1000000
@@ -36,6 +37,7 @@ local function queue_keys(i)
   local b = NGLOBAL + (i - 1) * NQKEYS
   return {ring = KEYS[b + 1], state = KEYS[b + 2], ready = KEYS[b + 3], nready = KEYS[b + 4],
           paused = KEYS[b + 5], delayed = KEYS[b + 6], running = KEYS[b + 7],
+          waiting = KEYS[b + 8], started = KEYS[b + 9], ndelayed = KEYS[b + 10],
           name = string.match(KEYS[b + 1], ':q:([^:]+):ring$')}
 end
 
@@ -59,11 +61,19 @@ local function rotate_in_or_forget(qk, account, front)
   end
 end
 
+local function hincr_or_drop(key, field, by)
+  if redis.call('HINCRBY', key, field, by) <= 0 then
+    redis.call('HDEL', key, field)
+  end
+end
+
 -- A job joins its account's FIFO (ordered by seq); the account joins the rotation unless it is
--- already there, paused by a limit, or at its concurrency cap.
-local function make_ready(qk, account, seq, job_id)
+-- already there, paused by a limit or an operator, or at its concurrency cap. ``since`` (default
+-- now) is when it became ready, kept in waiting for the oldest waiting age.
+local function make_ready(qk, account, seq, job_id, since)
   redis.call('ZADD', qk.ready, 0, account .. '|' .. seq .. '|' .. job_id)
   redis.call('HINCRBY', qk.nready, account, 1)
+  redis.call('ZADD', qk.waiting, 'NX', since or now_seconds(), job_id)
   if not redis.call('HGET', qk.state, account) then
     redis.call('HSET', qk.state, account, 'r')
     redis.call('RPUSH', qk.ring, account)
@@ -80,6 +90,29 @@ local function release_running(qk, account)
   end
 end
 
+-- A job waits for its time (eta, countdown, backoff); ndelayed counts it for its account.
+local function make_delayed(qk, account, job_id, due)
+  if redis.call('ZADD', qk.delayed, due, job_id) == 1 then
+    redis.call('HINCRBY', qk.ndelayed, account, 1)
+  end
+end
+
+-- Take a job out of the delayed set; false when it was not there.
+local function take_delayed(qk, account, job_id)
+  if redis.call('ZREM', qk.delayed, job_id) == 0 then
+    return false
+  end
+  hincr_or_drop(qk.ndelayed, account, -1)
+  return true
+end
+
+-- The operator pause that holds the account in this queue (see keys.Keys.pauses), or false.
+local function operator_paused(qk, account)
+  local own, all = unpack(redis.call('HMGET', K_PAUSES, 'a:' .. account .. ':' .. qk.name,
+                                     'a:' .. account .. ':*'))
+  return own or all
+end
+
 local function drop_lease(job_id)
   redis.call('ZREM', K_LEASES, job_id)
   redis.call('HDEL', K_OWNERS, job_id)
@@ -92,16 +125,26 @@ local function release_lease(job_id, token, account)
     return false
   end
   drop_lease(job_id)
-  release_running(queue_keys(1), account)
+  local qk = queue_keys(1)
+  redis.call('HDEL', qk.started, job_id)
+  release_running(qk, account)
   return true
 end
 
+-- Forget a job for good; whatever of it the queue's keys still hold (when its queue's keys were
+-- passed) goes with it, so no path can leave a stale waiting or delayed entry behind.
 local function forget_job(job_id)
   local meta = redis.call('HGET', K_META, job_id)
   if meta then
-    local _, account = split_meta(meta)
-    if redis.call('HINCRBY', K_PENDING, account, -1) <= 0 then
-      redis.call('HDEL', K_PENDING, account)
+    local queue, account = split_meta(meta)
+    hincr_or_drop(K_PENDING, account, -1)
+    for i = 1, queue_count() do
+      local qk = queue_keys(i)
+      if qk.name == queue then
+        redis.call('ZREM', qk.waiting, job_id)
+        redis.call('HDEL', qk.started, job_id)
+        take_delayed(qk, account, job_id)
+      end
     end
   end
   redis.call('HDEL', K_JOBS, job_id)

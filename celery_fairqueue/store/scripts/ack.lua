@@ -1,5 +1,5 @@
 -- ack: the worker finished a job (success, failure or handed over to a retry); settle its lease.
--- KEYS: global keys, then the 7 keys of the job's queue.
+-- KEYS: global keys, then the keys of the job's queue.
 -- ARGV: [1] job_id, [2] owner token, [3] account (encoded).
 -- Returns 1, or 0 when the lease was no longer this worker's (it expired and was reaped).
 local job_id, token, account = ARGV[1], ARGV[2], ARGV[3]

@@ -1,7 +1,7 @@
 -- cancel: take a job that waits in the store (ready, deferred behind its paused account, or
 -- delayed) out of it for good, as a revoke does; a leased (running) job is left to Celery's
 -- revoke in its worker.
--- KEYS: global keys, then the 7 keys of the job's queue.
+-- KEYS: global keys, then the keys of the job's queue.
 -- ARGV: [1] job_id.
 -- Returns 1 cancelled, 0 not in the store, 2 leased (running).
 local job_id = ARGV[1]
@@ -14,7 +14,7 @@ if redis.call('ZSCORE', K_LEASES, job_id) then
 end
 local _, account, seq, job_key = split_meta(meta)
 local qk = queue_keys(1)
-if redis.call('ZREM', qk.delayed, job_id) == 0 and
+if not take_delayed(qk, account, job_id) and
     redis.call('ZREM', qk.ready, account .. '|' .. seq .. '|' .. job_id) == 1 then
   -- the rotation drops the account by itself once it finds nothing ready (see claim)
   if redis.call('HINCRBY', qk.nready, account, -1) <= 0 then

@@ -1,5 +1,5 @@
 -- claim: lease up to N jobs, one account at a time in rotation, skipping accounts over a limit.
--- KEYS: global keys, then the 7 keys of each queue the worker consumes.
+-- KEYS: global keys, then the keys of each queue the worker consumes.
 -- ARGV: [1] jobs wanted, [2] lease seconds, [3] owner token, [4] default limit (packed),
 --       [5] promotion batch, [6] most accounts skipped in one call, [7] most deliveries before
 --       a job is dead-lettered as poison, [8] index of the queue to start with (1-based).
@@ -14,11 +14,13 @@ local now = now_seconds()
 -- Due delayed jobs become ready; accounts whose pause is over rejoin the rotation.
 local function promote(qk)
   for _, job_id in ipairs(redis.call('ZRANGEBYSCORE', qk.delayed, '-inf', now, 'LIMIT', 0, batch)) do
+    local due = tonumber(redis.call('ZSCORE', qk.delayed, job_id))
     redis.call('ZREM', qk.delayed, job_id)
     local meta = redis.call('HGET', K_META, job_id)
     if meta then
       local _, account, seq = split_meta(meta)
-      make_ready(qk, account, seq, job_id)
+      hincr_or_drop(qk.ndelayed, account, -1)
+      make_ready(qk, account, seq, job_id, due)
       emit('e', 'promoted', 'job', job_id, 'at', now)
     end
   end
@@ -83,6 +85,11 @@ local function claim_from(qk, account)
     redis.call('HDEL', qk.state, account)
     return nil
   end
+  -- an operator's pause: out of the rotation, its jobs stay ready until resume.lua
+  if operator_paused(qk, account) then
+    redis.call('HSET', qk.state, account, 'o')
+    return nil
+  end
   local rate, burst, cap, windows = parse_limit(redis.call('HGET', K_LIMITS, account) or default_limit)
   local wake = window_wake(windows)
   if wake then
@@ -101,6 +108,8 @@ local function claim_from(qk, account)
   end
 
   redis.call('ZREM', qk.ready, head)
+  local job_id = string.match(head, '^[^|]*|[^|]*|(.*)$')
+  redis.call('ZREM', qk.waiting, job_id)
   if waiting > 1 then
     redis.call('HSET', qk.nready, account, waiting - 1)
     redis.call('RPUSH', qk.ring, account)
@@ -108,7 +117,6 @@ local function claim_from(qk, account)
     redis.call('HDEL', qk.nready, account)
     redis.call('HDEL', qk.state, account)
   end
-  local job_id = string.match(head, '^[^|]*|[^|]*|(.*)$')
   local deliveries = redis.call('HINCRBY', K_DELIVERIES, job_id, 1)
   local envelope = redis.call('HGET', K_JOBS, job_id)
   if not envelope then
@@ -123,17 +131,22 @@ local function claim_from(qk, account)
   redis.call('HINCRBY', qk.running, account, 1)
   redis.call('ZADD', K_LEASES, now + lease, job_id)
   redis.call('HSET', K_OWNERS, job_id, token)
+  redis.call('HSET', qk.started, job_id, now)
   emit('e', 'running', 'job', job_id, 'at', now, 'worker', token)
   return job_id, envelope, deliveries
 end
 
 local queues = {}
+local out, claimed, skips, live, empty = {-1}, 0, 0, nq, {}
 for i = 1, nq do
   queues[i] = queue_keys(i)
   promote(queues[i])
+  if redis.call('HEXISTS', K_PAUSES, 'q:' .. queues[i].name) == 1 then
+    empty[i] = true  -- paused by an operator: its jobs stay ready
+    live = live - 1
+  end
 end
 
-local out, claimed, skips, live, empty = {-1}, 0, 0, nq, {}
 local i = tonumber(ARGV[8]) - 1
 while claimed < want and live > 0 and skips <= max_skips do
   i = i % nq + 1

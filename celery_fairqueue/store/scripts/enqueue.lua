@@ -1,5 +1,5 @@
 -- enqueue: store one job, ready now or delayed, deduplicated by delivery id and business key.
--- KEYS: global keys, then the 7 keys of the job's queue.
+-- KEYS: global keys, then the keys of the job's queue.
 -- ARGV: [1] job_id (task id ":" retries), [2] account, [3] queue (both encoded),
 --       [4] envelope (JSON message), [5] due time (epoch seconds, 0 = now), [6] business job key
 --       or "-", [7] "1" for a new job (deduped on its business key, bounded by [12] and [13]),
@@ -69,8 +69,8 @@ redis.call('HINCRBY', K_STATS, 'enqueued', 1)
 emit('e', 'enqueued', 'job', job_id, 'q', queue, 'a', account, 'k', job_key, 't', ARGV[9],
      'args', ARGV[10], 'at', now, 'due', math.max(due, now))
 if due > now then
-  redis.call('ZADD', qk.delayed, due, job_id)
+  make_delayed(qk, account, job_id, due)
   return {2, job_id}
 end
-make_ready(qk, account, seq, job_id)
+make_ready(qk, account, seq, job_id, now)
 return {1, job_id}

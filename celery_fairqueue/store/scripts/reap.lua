@@ -1,5 +1,5 @@
 -- reap: return jobs whose lease expired (their worker died or hung) to ready, in FIFO place.
--- KEYS: global keys, then the 7 keys of every known fair queue.
+-- KEYS: global keys, then the keys of every known fair queue.
 -- ARGV: [1] batch size, [2..] encoded names of the queues, in the order of their keys.
 -- Returns the number of jobs returned to ready.
 local batch = tonumber(ARGV[1])
@@ -19,6 +19,7 @@ for _, job_id in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMI
     if i then
       local qk = queue_keys(i)
       drop_lease(job_id)
+      redis.call('HDEL', qk.started, job_id)
       release_running(qk, account)
       make_ready(qk, account, seq, job_id)
       emit('e', 'requeued', 'job', job_id, 'at', now, 'reason', 'lease expired')

@@ -1,5 +1,5 @@
 -- requeue: the worker gives a leased job back (worker lost, shutdown); it keeps its FIFO place.
--- KEYS: global keys, then the 7 keys of the job's queue.
+-- KEYS: global keys, then the keys of the job's queue.
 -- ARGV: [1] job_id, [2] owner token, [3] account (encoded).
 -- Returns 1, or 0 when the lease was no longer this worker's.
 local job_id, token, account = ARGV[1], ARGV[2], ARGV[3]

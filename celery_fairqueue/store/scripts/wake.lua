@@ -1,5 +1,5 @@
 -- wake: an account's limit changed; end its pause in every queue so the new limit applies now.
--- KEYS: global keys, then the 7 keys of every known fair queue.
+-- KEYS: global keys, then the keys of every known fair queue.
 -- ARGV: [1] account (encoded).
 -- Returns the number of queues where the account was paused.
 local account = ARGV[1]

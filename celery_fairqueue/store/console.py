@@ -1,0 +1,414 @@
+"""The support console's live views of the fair store: why an account waits, in words; the live
+workers; the oldest waiting job per queue; an account's jobs as the store holds them now.
+
+Read-only, like views.py, and bounded the same way: per-account facts come from hash fields
+and sorted-set ranges, never from a scan of a whole queue; where a listing is bounded (an
+account's due delayed jobs, its running jobs) the bound is named below.
+
+"Waiting" means ready (in the rotation or deferred by a limit or an operator's pause) or
+delayed and due; a job waits from the time it became ready (for a delayed job, its due time),
+so a countdown does not count as waiting and a future eta is not waiting at all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from ..envelope import Envelope, MalformedEnvelopeError
+from ..limits import AccountLimit, zone
+from ..protocol import task_id_of
+from .controls import OperatorPause, parse_pause, pause_field
+from .core import FairStore
+from .keys import decode_id, encode_id
+
+#: Most of an account's ready jobs read to find its oldest (FIFO order: the oldest is among
+#: the first unless a priority or a late-due delayed job reorders them).
+OLDEST_SCAN = 1000
+#: Most due delayed jobs (of all accounts) looked through for one account's, per queue; due
+#: jobs are made ready at every claim, so only a queue no worker claims holds many.
+DUE_SCAN = 2000
+
+Reason = Literal["runnable", "no_ready_jobs", "rate_limited", "window_closed",
+                 "concurrency_cap", "paused", "no_worker"]
+REASONS: tuple[Reason, ...] = ("runnable", "no_ready_jobs", "rate_limited", "window_closed",
+                               "concurrency_cap", "paused", "no_worker")
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """One account in one queue, now: what it has, and why it does or does not run."""
+
+    queue: str
+    account: str
+    reason: str  # one of REASONS
+    reason_text: str  # the reason in words, e.g. "rate limit: next token in 3.2 s"
+    until: float | None  # Redis server time when the reason ends, if known
+    ready: int  # ready jobs the rotation may hand out (also while paused by an operator)
+    deferred: int  # ready jobs held back by the account's rate limit or window
+    delayed_due: int  # delayed jobs whose time has come (made ready at the next claim)
+    delayed_future: int  # delayed jobs still waiting for their time (eta, countdown, backoff)
+    running: int
+    oldest_waiting: float | None  # since when the oldest waiting job waits (server time)
+    limit: AccountLimit | None  # the limit in force: its own, else the default (None: none)
+    limit_is_default: bool
+    paused_by: str | None
+    paused_at: float | None
+    pause_reason: str | None
+    pause_scope: str | None = None  # "queue", "account" or "account_everywhere"
+    server_time: float = 0.0  # the store's clock when this was read
+    complete: bool = True  # False when a bound (DUE_SCAN, OLDEST_SCAN) cut a count short
+
+    @property
+    def waiting(self) -> int:
+        return self.ready + self.deferred + self.delayed_due
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A live worker, as it registered on its last heartbeat."""
+
+    name: str  # Celery hostname, e.g. celery@host
+    queues: tuple[str, ...]
+    slots: int  # pool size
+    heartbeat: float  # Redis server time of its last heartbeat
+    id: str = ""  # its lease token (hostname/pid/random): unique per worker process
+    expires: float = 0.0  # when it leaves the registry unless it beats again
+
+
+@dataclass(frozen=True)
+class LiveJob:
+    """A job of an account as the store holds it now."""
+
+    job_id: str  # delivery id: "<task id>:<retries>"
+    queue: str
+    account: str
+    task: str | None
+    state: str  # "ready" | "deferred" | "delayed" | "running"
+    since: float | None  # ready/deferred: waiting since; running: claimed at
+    due: float | None  # delayed: when it becomes ready
+
+    @property
+    def task_id(self) -> str:
+        return task_id_of(self.job_id)
+
+
+def _task_name(envelope: str | None) -> str | None:
+    try:
+        return str(Envelope.from_json(envelope).task_name) if envelope else None
+    except MalformedEnvelopeError:
+        return None
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if value is not None else None
+
+
+def format_clock(at: float) -> str:
+    """``12:03:07 UTC`` (today's time of a pause, in UTC like the CLI's other times)."""
+    return datetime.fromtimestamp(at, zone("UTC")).strftime("%H:%M:%S UTC")
+
+
+def format_opening(at: float, tz: str | None, now: float) -> str:
+    """``09:00 Europe/Berlin``, with the weekday and date when it is not within a day."""
+    local = datetime.fromtimestamp(at, zone(tz or "UTC"))
+    shown = local.strftime("%H:%M") if at - now < 86400 else local.strftime("%a %Y-%m-%d %H:%M")
+    return f"{shown} {tz or 'UTC'}"
+
+
+def pause_text(pause: OperatorPause) -> str:
+    who = pause.by or "an operator"
+    text = f"{'queue ' if pause.scope == 'queue' else ''}paused by {who} at " \
+           f"{format_clock(pause.at)}"
+    return f"{text}: {pause.reason}" if pause.reason else text
+
+
+def window_wake(limit: AccountLimit | None, now: float) -> float | None:
+    """None while the window of ``limit`` is open (or it has none), else when it opens."""
+    if limit is None or not limit.window:
+        return None
+    for opens, closes in limit.schedule(now):
+        if now < opens:
+            return opens
+        if now < closes:
+            return None
+    return None
+
+
+def token_wake(limit: AccountLimit | None, bucket: str | None, now: float) -> float | None:
+    """None when the account's bucket holds a token now, else when the next one comes."""
+    if limit is None or not limit.rate or not bucket:
+        return None
+    rate = limit.per_second
+    burst = limit.burst if limit.burst is not None else 1.0
+    tokens_text, updated_text = bucket.split(" ")
+    tokens = min(burst, float(tokens_text) + max(0.0, now - float(updated_text)) * rate)
+    return None if tokens >= 1 else now + (1 - tokens) / rate
+
+
+class ConsoleViews:
+    """The console's questions; StoreInspector (views.py) provides ``store``, ``client``,
+    ``keys`` and ``queues()``."""
+
+    store: FairStore
+
+    def queues(self, names: list[str] | None = None) -> list[str]:
+        raise NotImplementedError  # StoreInspector.queues
+
+    def server_time(self) -> float:
+        """The store's clock (Redis TIME), which every time it keeps is in."""
+        return self.store.server_time()
+
+    # -- workers -------------------------------------------------------------------------------
+
+    def workers(self) -> list[WorkerInfo]:
+        """Live workers (registered and not expired), by name."""
+        client = self.store.client
+        keys = self.store.keys
+        pipe = client.pipeline(transaction=False)
+        pipe.time()
+        pipe.zrange(keys.workers, 0, -1, withscores=True)
+        pipe.hgetall(keys.worker_info)
+        (seconds, micros), registered, infos = pipe.execute()
+        now = seconds + micros / 1e6
+        found = []
+        for worker_id, expires in registered:
+            raw = infos.get(worker_id)
+            if float(expires) <= now or not raw:
+                continue
+            beat, _, info = str(raw).partition(" ")
+            data = json.loads(info)
+            found.append(WorkerInfo(name=str(data.get("name") or worker_id),
+                                    queues=tuple(data.get("queues") or ()),
+                                    slots=int(data.get("slots") or 0), heartbeat=float(beat),
+                                    id=str(worker_id), expires=float(expires)))
+        return sorted(found, key=lambda w: (w.name, w.id))
+
+    def consumers(self, workers: Sequence[WorkerInfo] | None = None) -> dict[str, int]:
+        """Live workers per queue name (queues no worker consumes are absent)."""
+        counts: dict[str, int] = {}
+        for worker in self.workers() if workers is None else workers:
+            for queue in worker.queues:
+                counts[queue] = counts.get(queue, 0) + 1
+        return counts
+
+    # -- oldest waiting ------------------------------------------------------------------------
+
+    def queue_oldest_waiting(self, queues: list[str] | None = None) -> dict[str, float | None]:
+        """Per queue, since when its oldest waiting job waits (server time); None: none waits."""
+        names = self.queues(queues)
+        client = self.store.client
+        pipe = client.pipeline(transaction=False)
+        pipe.time()
+        for queue in names:
+            qk = self.store.keys.queue(queue)
+            pipe.zrange(qk.waiting, 0, 0, withscores=True)
+            pipe.zrange(qk.delayed, 0, 0, withscores=True)
+        replies = pipe.execute()
+        seconds, micros = replies[0]
+        now = seconds + micros / 1e6
+        oldest: dict[str, float | None] = {}
+        for n, queue in enumerate(names):
+            waiting, delayed = replies[1 + 2 * n], replies[2 + 2 * n]
+            times = [float(score) for _, score in waiting]
+            times += [float(score) for _, score in delayed if float(score) <= now]
+            oldest[queue] = min(times) if times else None
+        return oldest
+
+    def oldest_accounts(self, queue: str, top: int, scan: int = 1000
+                        ) -> list[tuple[str, float]]:
+        """The ``top`` accounts of ``queue`` whose oldest waiting job waits longest, with that
+        time, read from the oldest ``scan`` waiting jobs (bounded: an account whose oldest job
+        is not among them is not listed)."""
+        if top <= 0:
+            return []
+        client = self.store.client
+        qk = self.store.keys.queue(queue)
+        pipe = client.pipeline(transaction=False)
+        pipe.time()
+        pipe.zrange(qk.waiting, 0, scan - 1, withscores=True)
+        pipe.zrange(qk.delayed, 0, scan - 1, withscores=True)
+        (seconds, micros), waiting, delayed = pipe.execute()
+        now = seconds + micros / 1e6
+        jobs = sorted([(float(s), j) for j, s in waiting] +
+                      [(float(s), j) for j, s in delayed if float(s) <= now])[:scan]
+        metas = client.hmget(self.store.keys.meta, [j for _, j in jobs]) if jobs else []
+        found: dict[str, float] = {}
+        for (since, _), meta in zip(jobs, metas, strict=True):
+            if meta:
+                account = decode_id(str(meta).split(" ")[1])
+                found.setdefault(account, since)
+                if len(found) >= top:
+                    break
+        return list(found.items())
+
+    # -- one account ---------------------------------------------------------------------------
+
+    def account_state(self, account: str, queues: list[str] | None = None) -> list[QueueState]:
+        """The account's live state in each queue (default: every known queue), with the reason
+        it does not run now in words and until when."""
+        names = self.queues(queues)
+        store, client, keys = self.store, self.store.client, self.store.keys
+        encoded = encode_id(account)
+        pipe = client.pipeline(transaction=False)
+        pipe.time()
+        pipe.hget(keys.limit_config, encoded)
+        pipe.hget(keys.buckets, encoded)
+        pipe.hmget(keys.pauses, [f for q in names for f in (
+            pause_field(None, q), pause_field(account, q))] + [pause_field(account, None)])
+        for queue in names:
+            qk = keys.queue(queue)
+            pipe.hget(qk.nready, encoded)
+            pipe.hget(qk.running, encoded)
+            pipe.hget(qk.state, encoded)
+            pipe.zscore(qk.paused, encoded)
+            pipe.hget(qk.ndelayed, encoded)
+            pipe.zrangebylex(qk.ready, f"[{encoded}|", f"({encoded}}}", 0, OLDEST_SCAN)
+            pipe.zrange(qk.delayed, 0, 0, withscores=True)
+        replies = pipe.execute()
+        (seconds, micros), own_limit, bucket, pauses = replies[:4]
+        now = seconds + micros / 1e6
+        own = AccountLimit.from_json(own_limit) if own_limit else None
+        default = store.settings.default_limit
+        limit = own or (default if default != AccountLimit() else None)
+        consumers = self.consumers()
+        states = []
+        for n, queue in enumerate(names):
+            nready, running, state, limit_wake, ndelayed, heads, first_delayed = \
+                replies[4 + 7 * n: 11 + 7 * n]
+            fields = [pause_field(None, queue), pause_field(account, queue),
+                      pause_field(account, None)]
+            raws = [pauses[2 * n], pauses[2 * n + 1], pauses[-1]]
+            held = next((parse_pause(f, r) for f, r in zip(fields, raws, strict=True) if r),
+                        None)
+            states.append(self._queue_state(
+                queue=queue, account=account, now=now, nready=int(nready or 0),
+                running=int(running or 0), state=state, limit_wake=_float(limit_wake),
+                ndelayed=int(ndelayed or 0), heads=heads, first_delayed=first_delayed,
+                limit=limit, own=own is not None, bucket=bucket, held=held,
+                consumed=queue in consumers))
+        return states
+
+    def _due_delayed(self, queue: str, account: str, now: float) -> tuple[int, float | None,
+                                                                          bool]:
+        """The account's due delayed jobs in ``queue``: count, the earliest due, and whether
+        all due jobs were looked through (DUE_SCAN)."""
+        client, keys = self.store.client, self.store.keys
+        due: list[tuple[str, float]] = client.zrangebyscore(  # type: ignore[assignment]
+            keys.queue(queue).delayed, "-inf", now, start=0, num=DUE_SCAN, withscores=True)
+        if not due:
+            return 0, None, True
+        metas = client.hmget(keys.meta, [job_id for job_id, _ in due])
+        encoded = encode_id(account)
+        mine = [float(score) for (_, score), meta in zip(due, metas, strict=True)
+                if meta and str(meta).split(" ")[1] == encoded]
+        return len(mine), (min(mine) if mine else None), len(due) < DUE_SCAN
+
+    def _queue_state(self, *, queue: str, account: str, now: float, nready: int, running: int,
+                     state: str | None, limit_wake: float | None, ndelayed: int,
+                     heads: list[str], first_delayed: list[Any], limit: AccountLimit | None,
+                     own: bool, bucket: str | None, held: OperatorPause | None,
+                     consumed: bool) -> QueueState:
+        complete = True
+        delayed_due, due_since = 0, None
+        if ndelayed and first_delayed and float(first_delayed[0][1]) <= now:
+            delayed_due, due_since, complete = self._due_delayed(queue, account, now)
+        oldest = due_since
+        if heads:
+            ids = [head.split("|", 2)[2] for head in heads]
+            scores = self.store.client.zmscore(self.store.keys.queue(queue).waiting, ids)
+            known = [float(s) for s in scores if s is not None]
+            if known:
+                oldest = min(known) if oldest is None else min(oldest, *known)
+            complete = complete and len(heads) <= OLDEST_SCAN
+        deferred = nready if state == "p" else 0
+        reason, text, until = self._reason(
+            now=now, waiting=nready + delayed_due, running=running, state=state,
+            limit_wake=limit_wake, limit=limit, bucket=bucket, held=held, consumed=consumed)
+        return QueueState(
+            queue=queue, account=account, reason=reason, reason_text=text, until=until,
+            ready=nready - deferred, deferred=deferred, delayed_due=delayed_due,
+            delayed_future=max(ndelayed - delayed_due, 0), running=running,
+            oldest_waiting=oldest, limit=limit, limit_is_default=not own,
+            paused_by=held.by if held else None, paused_at=held.at if held else None,
+            pause_reason=held.reason if held else None,
+            pause_scope=held.scope if held else None, server_time=now, complete=complete)
+
+    @staticmethod
+    def _reason(*, now: float, waiting: int, running: int, state: str | None,
+                limit_wake: float | None, limit: AccountLimit | None, bucket: str | None,
+                held: OperatorPause | None, consumed: bool
+                ) -> tuple[Reason, str, float | None]:
+        """Why the account's next job does not run now, in the claim's own order of checks."""
+        if held is not None:
+            return "paused", pause_text(held), None
+        if waiting <= 0:
+            return "no_ready_jobs", "no ready jobs", None
+        if not consumed:
+            return "no_worker", "no worker consumes this queue", None
+        opens = window_wake(limit, now)
+        if opens is not None and limit is not None:
+            return ("window_closed",
+                    f"window closed until {format_opening(opens, limit.tz, now)}", opens)
+        cap = limit.concurrency if limit else None
+        if cap and running >= cap:
+            return "concurrency_cap", f"concurrency cap: {running} of {cap} running", None
+        wake = token_wake(limit, bucket, now)
+        if wake is None and state == "p" and limit_wake is not None and limit_wake > now:
+            wake = limit_wake
+        if wake is not None:
+            return "rate_limited", f"rate limit: next token in {wake - now:.1f} s", wake
+        return "runnable", "runnable: next in turn for a free worker slot", None
+
+    # -- one account's jobs --------------------------------------------------------------------
+
+    def live_jobs(self, account: str, limit: int = 50) -> list[LiveJob]:
+        """The account's jobs in the store now, up to ``limit``: running first, then ready and
+        deferred in FIFO order, then delayed by due time; every known queue."""
+        client, keys = self.store.client, self.store.keys
+        encoded = encode_id(account)
+        found: list[LiveJob] = []
+        for queue in self.queues():
+            if len(found) >= limit:
+                break
+            qk = keys.queue(queue)
+            pipe = client.pipeline(transaction=False)
+            pipe.hget(qk.state, encoded)
+            pipe.hgetall(qk.started)  # as many as the queue runs: at most its workers' slots
+            pipe.zrangebylex(qk.ready, f"[{encoded}|", f"({encoded}}}", 0, limit)
+            pipe.zrange(qk.delayed, 0, DUE_SCAN - 1, withscores=True)
+            state, started, heads, delayed = pipe.execute()
+            candidates: list[tuple[str, str, float | None, float | None]] = []
+            candidates += [(job_id, "running", float(at), None) for job_id, at in
+                           sorted(started.items(), key=lambda item: float(item[1]))]
+            ready_ids = [head.split("|", 2)[2] for head in heads]
+            since = client.zmscore(qk.waiting, ready_ids) if ready_ids else []
+            kind = "deferred" if state == "p" else "ready"
+            candidates += [(job_id, kind, _float(s), None)
+                           for job_id, s in zip(ready_ids, since, strict=True)]
+            candidates += [(job_id, "delayed", None, float(due)) for job_id, due in delayed]
+            found += self._jobs_of(queue, encoded, account, candidates, limit - len(found))
+        return found
+
+    def _jobs_of(self, queue: str, encoded: str, account: str,
+                 candidates: list[tuple[str, str, float | None, float | None]],
+                 limit: int) -> list[LiveJob]:
+        """The candidates that belong to the account (by their meta), with their task names."""
+        if not candidates or limit <= 0:
+            return []
+        client, keys = self.store.client, self.store.keys
+        metas = client.hmget(keys.meta, [c[0] for c in candidates])
+        mine = [c for c, meta in zip(candidates, metas, strict=True)
+                if meta and str(meta).split(" ")[1] == encoded][:limit]
+        envelopes = client.hmget(keys.jobs, [c[0] for c in mine]) if mine else []
+        return [LiveJob(job_id=job_id, queue=queue, account=account,
+                        task=_task_name(str(envelope) if envelope else None), state=state,
+                        since=since, due=due)
+                for (job_id, state, since, due), envelope in zip(mine, envelopes, strict=True)]
+
+    def pauses(self) -> list[OperatorPause]:
+        """Every operator pause, oldest first."""
+        return self.store.pauses()

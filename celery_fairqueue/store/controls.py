@@ -1,0 +1,205 @@
+"""The operator's controls of the fair store: pause and resume, run a delayed job now, and the
+registry of live workers. Mixed into :class:`~celery_fairqueue.store.core.FairStore`, one method
+per Lua script like the rest of it.
+
+An operator pause is not a limit: a limit defers an account (its jobs get a later ready time
+and the claim wakes it when its token or window comes), a pause only takes the account (or the
+queue) out of the rotation until someone resumes it; its jobs stay ready, in their FIFO place,
+and no attempt is charged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..protocol import delivery_id
+from ..settings import FairqueueSettings
+from .client import StoreClient, operation
+from .keys import Keys, QueueKeys, decode_id, encode_id
+
+#: Retries of one task whose deliveries cancel and run_now look through.
+MAX_DELIVERY_LOOKUP = 4096
+#: Longest ``by`` and ``reason`` of a pause kept (the rest is cut), so a pause stays small.
+MAX_PAUSE_TEXT = 1000
+#: A worker's registration outlives its last heartbeat by this many heartbeat intervals.
+REGISTRY_BEATS = 3
+
+
+@dataclass(frozen=True)
+class OperatorPause:
+    """An operator's pause: of ``account`` in ``queue``, of ``account`` in every queue
+    (``queue`` None), or of the whole ``queue`` (``account`` None)."""
+
+    account: str | None
+    queue: str | None
+    by: str  # who paused ("" when not given)
+    at: float  # Redis server time of the pause
+    reason: str  # why ("" when not given)
+
+    @property
+    def scope(self) -> str:
+        """``"queue"``, ``"account"`` (in one queue) or ``"account_everywhere"``."""
+        if self.account is None:
+            return "queue"
+        return "account" if self.queue is not None else "account_everywhere"
+
+
+def pause_field(account: str | None, queue: str | None) -> str:
+    """The field of a pause in ``Keys.pauses``: ids encoded, so ``:`` and ``*`` cannot occur
+    in them and every field parses back to one pause."""
+    if account is None and queue is None:
+        raise ValueError("pause or resume needs an account, a queue, or both")
+    if account is None:
+        return f"q:{encode_id(str(queue))}"
+    return f"a:{encode_id(str(account))}:{encode_id(str(queue)) if queue is not None else '*'}"
+
+
+def parse_pause(field: str, raw: str) -> OperatorPause:
+    """The pause stored at ``field`` (see :func:`pause_field`)."""
+    data = json.loads(raw)
+    kind, _, rest = field.partition(":")
+    account: str | None
+    queue: str | None
+    if kind == "q":
+        account, queue = None, decode_id(rest)
+    else:
+        encoded_account, _, encoded_queue = rest.partition(":")
+        account = decode_id(encoded_account)
+        queue = None if encoded_queue == "*" else decode_id(encoded_queue)
+    return OperatorPause(account=account, queue=queue, by=str(data.get("by") or ""),
+                         at=float(data.get("at") or 0.0), reason=str(data.get("reason") or ""))
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True)
+class WorkerRegistration:
+    """What a worker tells the registry about itself on each heartbeat."""
+
+    name: str  # its Celery hostname (celery@host)
+    queues: Sequence[str]
+    slots: int  # pool size: jobs it can run at once
+
+    def to_json(self) -> str:
+        return json.dumps({"name": self.name, "queues": list(self.queues), "slots": self.slots})
+
+
+class StoreControls:
+    """Pause, resume, run now and the worker registry; FairStore provides the attributes."""
+
+    client: StoreClient
+    keys: Keys
+    settings: FairqueueSettings
+
+    def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any]) -> Any:
+        raise NotImplementedError  # FairStore._run
+
+    def _queue_call(self, pipe: Any, name: str, queues: Sequence[QueueKeys],
+                    args: Sequence[Any]) -> None:
+        raise NotImplementedError  # FairStore._queue_call
+
+    def known_queues(self) -> list[str]:
+        raise NotImplementedError  # FairStore.known_queues
+
+    # -- deliveries of a task ------------------------------------------------------------------
+
+    def deliveries_of(self, task_id: str) -> Iterator[tuple[str, str]]:
+        """``(delivery id, queue)`` of each stored delivery of a Celery task (``id:0``,
+        ``id:1``, ...; earlier ones are forgotten), looked up in pages until a page holds none
+        after one that did. A delivery id (``id:retries``, as the store, ``fairqueue jobs`` and
+        the dead letters name jobs) that is stored is taken as it is."""
+        if ":" in task_id:
+            meta = self.client.hget(self.keys.meta, task_id)
+            if meta:
+                yield task_id, decode_id(str(meta).split(" ", 1)[0])
+                return
+        seen = False
+        for start in range(0, MAX_DELIVERY_LOOKUP, 64):
+            ids = [delivery_id(task_id, n) for n in range(start, start + 64)]
+            metas = self.client.hmget(self.keys.meta, ids)
+            found = [(job_id, meta) for job_id, meta in zip(ids, metas, strict=True) if meta]
+            for job_id, meta in found:
+                yield job_id, decode_id(str(meta).split(" ", 1)[0])
+            if seen and not found:
+                return
+            seen = seen or bool(found)
+
+    def run_now(self, task_id: str) -> list[str]:
+        """Make the delayed deliveries of a task ready now; returns the delivery ids moved.
+        They queue behind their account's limits and pauses like any ready job."""
+        return [job_id for job_id, queue in list(self.deliveries_of(task_id))
+                if self._run("run_now", [self.keys.queue(queue)], [job_id]) == 1]
+
+    # -- operator pauses -----------------------------------------------------------------------
+
+    def pause(self, account: str | None = None, queue: str | None = None, *, by: str = "",
+              reason: str = "") -> OperatorPause:
+        """Pause ``account`` (in ``queue``, or in every queue) or the whole ``queue``; the
+        claim skips it from its next call. Pausing what is paused keeps the first pause."""
+        field = pause_field(account, queue)
+        raw = self._run("pause", [], [field, str(by)[:MAX_PAUSE_TEXT],
+                                      str(reason)[:MAX_PAUSE_TEXT]])
+        return parse_pause(field, raw)
+
+    def resume(self, account: str | None = None, queue: str | None = None) -> bool:
+        """End the pause of exactly this scope; False when there was none. The account rejoins
+        the rotation wherever no other pause (of it everywhere, or in that queue) holds it."""
+        field = pause_field(account, queue)
+        encoded = encode_id(str(account)) if account is not None else ""
+        queues = self.known_queues()
+        return bool(self._run("resume", [self.keys.queue(q) for q in queues], [field, encoded]))
+
+    def pauses(self, limit: int = 10_000) -> list[OperatorPause]:
+        """Every operator pause (up to ``limit``), oldest first."""
+        found = []
+        for field, raw in self.client.hscan_iter(self.keys.pauses, count=500):
+            found.append(parse_pause(_text(field), _text(raw)))
+            if len(found) >= limit:
+                break
+        return sorted(found, key=lambda p: (p.at, p.queue or "", p.account or ""))
+
+    def pauses_of(self, account: str, queue: str) -> tuple[OperatorPause | None,
+                                                          OperatorPause | None]:
+        """The pauses that hold ``account`` in ``queue``: (the queue's, the account's own in
+        this queue or in every queue), None where there is none."""
+        fields = [pause_field(None, queue), pause_field(account, queue),
+                  pause_field(account, None)]
+        raws = self.client.hmget(self.keys.pauses, fields)
+        queue_pause = parse_pause(fields[0], _text(raws[0])) if raws[0] else None
+        own = next((parse_pause(f, _text(r)) for f, r in zip(fields[1:], raws[1:], strict=True)
+                    if r), None)
+        return queue_pause, own
+
+    # -- worker registry -----------------------------------------------------------------------
+
+    def registry_ttl(self) -> float:
+        return REGISTRY_BEATS * self.settings.heartbeat_interval
+
+    def register_worker(self, worker_id: str, registration: WorkerRegistration) -> float:
+        """Register (or renew) a live worker; returns the heartbeat's server time."""
+        return float(self._run("register_worker", [], [worker_id, registration.to_json(),
+                                                       self.registry_ttl()]))
+
+    def unregister_worker(self, worker_id: str) -> None:
+        """Leave the registry (a worker shutting down)."""
+        self._run("register_worker", [], [worker_id, "", -1])
+
+    def heartbeat(self, worker_id: str, registration: WorkerRegistration,
+                  job_ids: Sequence[str]) -> list[str]:
+        """One round trip: extend the leases of ``job_ids`` this worker owns and renew its
+        registration; returns the ids whose lease it lost."""
+        pipe = self.client.pipeline(transaction=False)
+        ids = list(job_ids)
+        if ids:
+            self._queue_call(pipe, "extend", [],
+                             [worker_id, self.settings.lease_seconds, *ids])
+        self._queue_call(pipe, "register_worker", [],
+                         [worker_id, registration.to_json(), self.registry_ttl()])
+        with operation("heartbeat"):
+            replies = pipe.execute()
+        return list(replies[0]) if ids else []

@@ -1,0 +1,19 @@
+-- run_now: a delayed job (eta, countdown, retry backoff, a given-back job) becomes ready now. It
+-- joins its account's FIFO like any ready job, so its account's limits and pauses still apply.
+-- KEYS: global keys, then the keys of the job's queue.
+-- ARGV: [1] job_id.
+-- Returns 1 made ready, 0 not delayed (ready, running or not in the store).
+local job_id = ARGV[1]
+local meta = redis.call('HGET', K_META, job_id)
+if not meta then
+  return 0
+end
+local _, account, seq = split_meta(meta)
+local qk = queue_keys(1)
+if not take_delayed(qk, account, job_id) then
+  return 0
+end
+local now = now_seconds()
+make_ready(qk, account, seq, job_id, now)
+emit('e', 'promoted', 'job', job_id, 'at', now)
+return 1
