@@ -17,7 +17,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from ...reports import limit_text
-from ...store.views import QueueState
+from ...store import QueueState
 from ...tables import duration
 from . import console
 from .actions import (

@@ -15,9 +15,15 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.http import QueryDict
 
-from ... import install
 from ...errors import FairqueueError, InvalidLimitError
+from ...install import cancel as store_cancel
+from ...install import clear_account_limit, set_account_limit
+from ...install import pause as store_pause
+from ...install import resume as store_resume
+from ...install import run_now as store_run_now
 from ...limits import AccountLimit as Limit
+from ...protocol import task_id_of
+from ...reports import limit_text
 from .conf import celery_app
 from .models import Account, Job
 from .views import User, require
@@ -64,7 +70,7 @@ def pause(user: User, data: QueryDict) -> Done:
     require(user, PAUSE_PERMISSION)
     account, queue = _target(data)
     reason = data.get("reason", "").strip()[:REASON_LENGTH]
-    install.pause(celery_app(), account=account or None, queue=queue or None,
+    store_pause(celery_app(), account=account or None, queue=queue or None,
                   by=str(getattr(user, "username", user)), reason=reason)
     text = f"Paused {_scope(account, queue)}" + (f": {reason}" if reason else "")
     _log(user, Account, account or f"queue:{queue}", text)
@@ -74,7 +80,7 @@ def pause(user: User, data: QueryDict) -> Done:
 def resume(user: User, data: QueryDict) -> Done:
     require(user, RESUME_PERMISSION)
     account, queue = _target(data)
-    install.resume(celery_app(), account=account or None, queue=queue or None)
+    store_resume(celery_app(), account=account or None, queue=queue or None)
     text = f"Resumed {_scope(account, queue)}"
     _log(user, Account, account or f"queue:{queue}", text)
     return Done(text + ".")
@@ -84,13 +90,13 @@ def _job_target(data: QueryDict) -> tuple[str, Job | None]:
     task_id = data.get("task_id", "").strip()
     if not task_id:
         raise ActionError("name the job's task id")
-    return task_id, Job.objects.filter(task_id=task_id).first()
+    return task_id, Job.objects.filter(task_id=task_id_of(task_id)).first()
 
 
 def cancel(user: User, data: QueryDict) -> Done:
     require(user, CANCEL_PERMISSION)
     task_id, job = _job_target(data)
-    if not install.cancel(celery_app(), task_id):
+    if not store_cancel(celery_app(), task_id):
         raise ActionError(f"job {task_id} was not cancelled: it no longer waits "
                           "(running, finished or unknown)")
     text = f"Cancelled waiting job {task_id}"
@@ -101,7 +107,7 @@ def cancel(user: User, data: QueryDict) -> Done:
 def run_now(user: User, data: QueryDict) -> Done:
     require(user, RUN_NOW_PERMISSION)
     task_id, job = _job_target(data)
-    if not install.run_now(celery_app(), task_id):
+    if not store_run_now(celery_app(), task_id):
         raise ActionError(f"job {task_id} is not delayed: nothing to run now")
     text = f"Made delayed job {task_id} due now (its account's limits still apply)"
     _log(user, Job, str(job.pk) if job else task_id, text)
@@ -125,7 +131,7 @@ def set_limit(user: User, data: QueryDict) -> Done:
         raise ActionError("name the account")
     app = celery_app()
     if data.get("clear"):
-        install.clear_account_limit(app, account)
+        clear_account_limit(app, account)
         text = f"Cleared the limit of account {account!r} (the default applies)"
     else:
         try:
@@ -136,18 +142,12 @@ def set_limit(user: User, data: QueryDict) -> Done:
                           tz=data.get("tz", "").strip() or None)
         except InvalidLimitError as exc:
             raise ActionError(f"limit not saved: {exc}") from None
-        install.set_account_limit(app, account, rate=limit.rate, burst=limit.burst,
+        set_account_limit(app, account, rate=limit.rate, burst=limit.burst,
                                   concurrency=limit.concurrency, window=limit.window,
                                   tz=limit.tz)
-        text = f"Set the limit of account {account!r}: {limit_words(limit)}"
+        text = f"Set the limit of account {account!r}: {limit_text(limit)}"
     _log(user, Account, account, text)
     return Done(text + ".")
-
-
-def limit_words(limit: Limit | None) -> str:
-    from ...reports import limit_text
-
-    return limit_text(limit)
 
 
 ACTIONS: dict[str, Callable[[User, QueryDict], Done]] = {

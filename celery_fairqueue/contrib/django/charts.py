@@ -24,10 +24,10 @@ def throughput_svg(series: list[tuple[datetime, int, int]]) -> SafeString:
         bars.append((x, HEIGHT - BOTTOM - ok_h, step * 0.8, ok_h, label,
                      x, HEIGHT - BOTTOM - ok_h - dead_h, step * 0.8, dead_h, label))
     rects = format_html_join(
-        "", '<g><title>{}</title><rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" '
-            'fill="#2e7d32"/><rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" '
-            'fill="#b00020"/></g>',
-        ((b[4], b[0], b[1], b[2], b[3], b[5], b[6], b[7], b[8]) for b in bars))
+        "", '<g><title>{}</title><rect x="{}" y="{}" width="{}" height="{}" '
+            'fill="#2e7d32"/><rect x="{}" y="{}" width="{}" height="{}" fill="#b00020"/></g>',
+        ((b[4], *(f"{v:.1f}" for v in (b[0], b[1], b[2], b[3], b[5], b[6], b[7], b[8])))
+         for b in bars))
     first = f"{timezone.localtime(series[0][0]):%H:%M}" if series else ""
     last = f"{timezone.localtime(series[-1][0]):%H:%M}" if series else ""
     total = sum(ok for _, ok, _ in series)
@@ -41,5 +41,5 @@ def throughput_svg(series: list[tuple[datetime, int, int]]) -> SafeString:
         '<text x="{w}" y="{h}" font-size="11" fill="#666" text-anchor="end">{last}</text>'
         '<text x="0" y="10" font-size="11" fill="#666">peak {peak}/min</text></svg>',
         w=WIDTH, h=HEIGHT, base=HEIGHT - BOTTOM, rects=rects, first=first, last=last,
-        peak=peak if series and peak > 1 or any(ok + d for _, ok, d in series) else 0,
+        peak=peak if any(ok + d for _, ok, d in series) else 0,
         t=total, d=dead_total)

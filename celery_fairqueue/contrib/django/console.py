@@ -143,7 +143,7 @@ def _count_throughput(now: datetime, minutes: int) -> list[tuple[datetime, int, 
     if connections[jobs.db].vendor == "sqlite":
         # Django's date functions are Python callbacks on SQLite, a second per 200,000 rows;
         # the stored text's first 16 characters are the UTC minute.
-        minute: Any = Substr(Cast("finished_at", TextField()), 1, 16)  # type: ignore[arg-type]
+        minute: Any = Substr(Cast("finished_at", TextField()), 1, 16)
     else:
         minute = TruncMinute("finished_at", tzinfo=UTC)
     rows = (jobs.annotate(minute=minute).values("minute", "status").annotate(n=Count("id"))

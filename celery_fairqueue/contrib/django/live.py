@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from celery import Celery
 
 from ...errors import FairqueueError
-from ...store import StoreInspector
-from ...store.views import LiveJob, QueueState, QueueStatus, WorkerInfo
+from ...store import LiveJob, QueueState, QueueStatus, StoreInspector, WorkerInfo
 
 
 @dataclass
@@ -42,7 +41,7 @@ def account_live(app: Celery, account: str, jobs: int = 50) -> AccountLive:
     try:
         inspector = StoreInspector(app)
         return AccountLive(inspector.account_state(account), inspector.live_jobs(account, jobs),
-                           inspector.store.server_time())
+                           inspector.server_time())
     except (FairqueueError, ValueError) as exc:  # ValueError: an id the store cannot hold
         return AccountLive(error=str(exc))
 
@@ -52,7 +51,7 @@ def store_live(app: Celery, accounts: list[str]) -> StoreLive:
     live = StoreLive()
     try:
         inspector = StoreInspector(app)
-        live.server_time = inspector.store.server_time()
+        live.server_time = inspector.server_time()
         live.queues = inspector.status(paused_limit=0).queues
         live.oldest = inspector.queue_oldest_waiting()
         live.workers = inspector.workers()
