@@ -82,6 +82,11 @@ def _queue_row(queue: str, state: QueueState | None, recorded: dict[str, Any],
         "failed_hour": recorded.get("failed_hour", 0),
         "dead_hour": recorded.get("dead_hour", 0),
         "paused_at": exact_epoch(state.paused_at) if state and state.paused_at else "",
+        # resume ends exactly the pause that holds it: of the queue, of the account there,
+        # or of the account everywhere
+        "resume_queue": "" if state and state.pause_scope == "account_everywhere" else queue,
+        "resume_account": "" if state and state.pause_scope == "queue" else state.account
+        if state else "",
     }
 
 

@@ -80,7 +80,8 @@ def pause(user: User, data: QueryDict) -> Done:
 def resume(user: User, data: QueryDict) -> Done:
     require(user, RESUME_PERMISSION)
     account, queue = _target(data)
-    store_resume(celery_app(), account=account or None, queue=queue or None)
+    if not store_resume(celery_app(), account=account or None, queue=queue or None):
+        raise ActionError(f"{_scope(account, queue)} was not paused (as such): nothing resumed")
     text = f"Resumed {_scope(account, queue)}"
     _log(user, Account, account or f"queue:{queue}", text)
     return Done(text + ".")
