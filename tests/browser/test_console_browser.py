@@ -204,7 +204,7 @@ def test_everything_dead_lettered_shows_why_and_replays_from_the_detail_page(
                                             args=[exhausted.pk]))
         assert "gave up after 4 attempts" in page.locator(".field-reason_text").inner_text()
         assert "TimeoutError" in page.locator(".fq-traceback").inner_text()
-        assert page.locator(".fq-attempts tbody tr").count() == 4
+        assert page.locator(".fq-attempts tr.fq-attempt").count() == 4
 
         page.goto(live_server.url + reverse("admin:celery_fairqueue_deadjob_change",
                                             args=[permanent.pk]))

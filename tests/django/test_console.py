@@ -215,3 +215,25 @@ def test_account_pages_need_a_view_permission(rel):
     assert client.get(reverse("admin:celery_fairqueue_account_changelist")).status_code == 403
     index = logged_in(staff("view_job")).get(reverse("admin:index")).content.decode()
     assert reverse("admin:celery_fairqueue_account_changelist") in index
+
+
+def test_throughput_counts_each_minute_and_keeps_the_finished_ones(rel):
+    from celery_fairqueue.contrib.django import console
+
+    now = timezone.now().replace(second=30, microsecond=0)
+    for n, (minutes_ago, status) in enumerate([(0, "succeeded"), (0, "succeeded"), (5, "dead"),
+                                               (5, "succeeded"), (59, "succeeded"),
+                                               (61, "succeeded")]):
+        Job.objects.create(job_key=f"k{n}", task_id=f"t{n}", delivery_id=f"t{n}:0", task=SEND,
+                           queue="celery", account="acme", status=status,
+                           finished_at=now - timedelta(minutes=minutes_ago))
+    console._MINUTES.clear()
+    for _ in range(2):  # counted, then partly from the kept minutes
+        series = console.throughput(now)
+        assert len(series) == 60
+        assert series[-1][1:] == (2, 0) and series[-6][1:] == (1, 1)
+        assert series[0][1:] == (1, 0)
+        assert sum(ok for _, ok, _ in series) == 4
+    overview = reverse("admin:celery_fairqueue_account_changelist")
+    svg = logged_in(staff(*VIEWER)).get(overview).content.decode()
+    assert "<svg" in svg and "4 succeeded, 1 dead-lettered" in svg

@@ -32,7 +32,7 @@ from .charts import throughput_svg
 from .conf import celery_app
 from .live import account_live, store_live, unserved_queues
 
-PAGE_SIZE = 100
+PAGE_SIZE = 50  # each account on the page costs a read of the store
 REFRESH_SECONDS = 5
 REASON_ORDER = ("paused", "no_worker", "window_closed", "rate_limited", "concurrency_cap",
                 "runnable", "no_ready_jobs")
@@ -81,7 +81,6 @@ def _queue_row(queue: str, state: QueueState | None, recorded: dict[str, Any],
         "last_success": exact(recorded.get("last_success")),
         "failed_hour": recorded.get("failed_hour", 0),
         "dead_hour": recorded.get("dead_hour", 0),
-        "paused_at": exact_epoch(state.paused_at) if state and state.paused_at else "",
         # resume ends exactly the pause that holds it: of the queue, of the account there,
         # or of the account everywhere
         "resume_queue": "" if state and state.pause_scope == "account_everywhere" else queue,

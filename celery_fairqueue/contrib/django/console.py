@@ -8,7 +8,6 @@ account walks the account index, and the counts are then read for the page's acc
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -117,29 +116,33 @@ def recent_jobs(account: str, limit: int = 20) -> list[Job]:
     return list(Job.objects.filter(account=account).order_by("-enqueued_at", "-id")[:limit])
 
 
-_THROUGHPUT: dict[str, tuple[float, list[tuple[datetime, int, int]]]] = {}
-THROUGHPUT_TTL = 10.0  # seconds; a per-minute chart of the last hour changes little in ten
+#: Counts of finished minutes, per database: a minute that is over keeps its count, so a
+#: refresh counts only the last few minutes' rows instead of an hour of a busy deployment's.
+_MINUTES: dict[str, dict[datetime, tuple[int, int]]] = {}
+#: Minutes still counted afresh: the current one, and those the recorder may still be writing.
+LIVE_MINUTES = 2
 
 
 def throughput(now: datetime, minutes: int = 60) -> list[tuple[datetime, int, int]]:
-    """Per minute over the last ``minutes``: (minute, jobs succeeded, jobs dead-lettered).
+    """Per minute over the last ``minutes``: (minute, jobs succeeded, jobs dead-lettered)."""
+    current = now.replace(second=0, microsecond=0)
+    start = current - timedelta(minutes=minutes - 1)
+    series = [start + timedelta(minutes=m) for m in range(minutes)]
+    kept = _MINUTES.setdefault(Job.objects.db, {})
+    for minute in [m for m in kept if m < start]:
+        del kept[minute]
+    settled = current - timedelta(minutes=LIVE_MINUTES - 1)
+    since = next((m for m in series if m >= settled or m not in kept), current)
+    counted = _count_minutes(since)
+    for minute in series:
+        if since <= minute < settled:
+            kept[minute] = counted.get(minute, (0, 0))
+    return [(m, *(kept.get(m) or counted.get(m, (0, 0)))) for m in series]
 
-    Kept for ``THROUGHPUT_TTL`` seconds per database: the overview refreshes itself every few
-    seconds, and an hour of a busy deployment is a few hundred thousand rows to count.
-    """
-    db = Job.objects.db
-    held = _THROUGHPUT.get(db)
-    if held and held[0] > time.monotonic() and held[1] and \
-            held[1][-1][0] == now.replace(second=0, microsecond=0):
-        return held[1]
-    series = _count_throughput(now, minutes)
-    _THROUGHPUT[db] = (time.monotonic() + THROUGHPUT_TTL, series)
-    return series
 
-
-def _count_throughput(now: datetime, minutes: int) -> list[tuple[datetime, int, int]]:
-    start = (now - timedelta(minutes=minutes - 1)).replace(second=0, microsecond=0)
-    jobs = Job.objects.filter(status__in=(Status.SUCCEEDED, Status.DEAD), finished_at__gte=start)
+def _count_minutes(since: datetime) -> dict[datetime, tuple[int, int]]:
+    """Jobs succeeded and dead-lettered per minute from ``since`` on."""
+    jobs = Job.objects.filter(status__in=(Status.SUCCEEDED, Status.DEAD), finished_at__gte=since)
     if connections[jobs.db].vendor == "sqlite":
         # Django's date functions are Python callbacks on SQLite, a second per 200,000 rows;
         # the stored text's first 16 characters are the UTC minute.
@@ -148,15 +151,13 @@ def _count_throughput(now: datetime, minutes: int) -> list[tuple[datetime, int, 
         minute = TruncMinute("finished_at", tzinfo=UTC)
     rows = (jobs.annotate(minute=minute).values("minute", "status").annotate(n=Count("id"))
             .order_by())
-    done: dict[datetime, list[int]] = {start + timedelta(minutes=m): [0, 0]
-                                       for m in range(minutes)}
+    found: dict[datetime, list[int]] = {}
     for row in rows:
         at = row["minute"]
         if isinstance(at, str):
             at = datetime.fromisoformat(at.replace(" ", "T")).replace(tzinfo=UTC)
-        if at in done:
-            done[at][0 if row["status"] == Status.SUCCEEDED else 1] += row["n"]
-    return [(minute, ok, dead) for minute, (ok, dead) in sorted(done.items())]
+        found.setdefault(at, [0, 0])[0 if row["status"] == Status.SUCCEEDED else 1] += row["n"]
+    return {at: (ok, dead) for at, (ok, dead) in found.items()}
 
 
 def now() -> datetime:

@@ -69,15 +69,17 @@ def attempts_html(job: Job) -> str:
     parts = []
     for title, attempts in runs:
         rows = format_html_join(
-            "", '<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
-                '<td>{}</td><td><pre class="fq-pre">{}</pre></td></tr>',
+            "", '<tr class="fq-attempt"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
+                "<td>{}</td><td>{}</td></tr>{}",
             ((a.number, a.delivery_id, status_badge(a.outcome), a.worker or "-",
-              exact(a.started_at), exact(a.finished_at),
-              milliseconds(a.started_at, a.finished_at), a.error or "") for a in attempts))
+              nowrap(exact(a.started_at)), nowrap(exact(a.finished_at)),
+              nowrap(milliseconds(a.started_at, a.finished_at)),
+              format_html('<tr><td></td><td colspan="6"><pre class="fq-pre">{}</pre></td></tr>',
+                          a.error) if a.error else "") for a in attempts))
         parts.append(format_html(
             '<h3 class="fq-run">{}</h3><table class="fq-attempts"><thead><tr><th>#</th>'
             "<th>delivery</th><th>outcome</th><th>worker</th><th>started</th>"
-            "<th>finished</th><th>took</th><th>error</th></tr></thead><tbody>{}</tbody>"
+            "<th>finished</th><th>took</th></tr></thead><tbody>{}</tbody>"
             "</table>", title, rows))
     return format_html_join("", "{}", ((p,) for p in parts))
 
