@@ -169,6 +169,11 @@ def test_no_worker_on_the_queue_is_named_and_warned(rel, recorder, console, live
         assert "Queue “celery” has ready jobs but no live worker consumes it." in warning
         assert "no_worker" in page.locator("#result_list").inner_text()
         screenshot(page, "overview-no-worker")
+        # it refreshes itself in place: no reload (the marker stays), new accounts appear
+        page.evaluate("window.fqMarker = 1")
+        rel.send_message.delay("latecomer", 2)
+        page.wait_for_selector("#result_list >> text=latecomer", timeout=15_000)
+        assert page.evaluate("window.fqMarker") == 1
 
 
 def test_everything_dead_lettered_shows_why_and_replays_from_the_detail_page(
@@ -198,6 +203,9 @@ def test_everything_dead_lettered_shows_why_and_replays_from_the_detail_page(
         clipped = page.evaluate("""() => { const t = document.querySelector('#result_list');
             return t.scrollWidth > t.parentElement.clientWidth; }""")
         assert not clipped  # no column clipped at 1366 px
+        page.goto(live_server.url + reverse("admin:celery_fairqueue_job_changelist"))
+        assert not page.evaluate("""() => { const t = document.querySelector('#result_list');
+            return t.scrollWidth > t.parentElement.clientWidth; }""")
         screenshot(page, "dead-letters")
 
         page.goto(live_server.url + reverse("admin:celery_fairqueue_deadjob_change",

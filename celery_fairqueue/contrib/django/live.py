@@ -52,7 +52,7 @@ def store_live(app: Celery, accounts: list[str]) -> StoreLive:
     try:
         inspector = StoreInspector(app)
         live.server_time = inspector.server_time()
-        live.queues = inspector.status(paused_limit=0).queues
+        live.queues = inspector.status(paused_limit=1).queues
         live.oldest = inspector.queue_oldest_waiting()
         live.workers = inspector.workers()
         for account in accounts:
