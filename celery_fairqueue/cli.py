@@ -1,7 +1,9 @@
 """``celery -A proj fairqueue ...``: the operator's view of the fair store, from Redis alone.
 
-``status`` and ``accounts`` only read. ``dlq list`` and ``dlq show`` read the dead letters;
-``dlq replay`` and ``dlq purge`` change them, and purge asks for confirmation unless ``--yes``.
+``status``, ``accounts``, ``jobs``, ``workers`` and ``scheduled`` only read. ``pause``,
+``resume``, ``cancel`` and ``run-now`` act on waiting jobs. ``dlq list`` and ``dlq show`` read the
+dead letters; ``dlq replay`` and ``dlq purge`` change them, and purge asks for confirmation
+unless ``--yes``.
 Whoever can run this command can reach Redis and the Celery app, so it checks no user
 permissions; ``manage.py fairqueue`` is the command that does. Arguments of jobs are shown only
 with ``--show-args``, and then masked by the task's ``redact`` names. The reports themselves
@@ -10,6 +12,7 @@ live in reports.py, shared with ``manage.py fairqueue`` and the admin.
 
 from __future__ import annotations
 
+import getpass
 from typing import Any
 
 import click
@@ -20,18 +23,26 @@ from celery.platforms import EX_FAILURE, EX_UNAVAILABLE
 from celery.utils.text import pluralize
 
 from .errors import DeadLetterNotFound, StoreUnavailableError
+from .install import pause as pause_account
+from .install import resume as resume_account
 from .reports import (
     BatchOutcome,
     PurgeSelectionError,
-    accounts_report,
+    accounts_text,
+    cancel_each,
     dead_letter_report,
     dead_letters_report,
     failure_lines,
+    jobs_report,
+    pause_report,
     purge_each,
     purge_selection,
     replay_each,
+    resume_report,
+    run_now_each,
     scheduled_report,
     status_report,
+    workers_report,
 )
 from .store import DeadLetters, StoreInspector
 
@@ -65,9 +76,10 @@ show_args_option = click.option(
 @click.group(name="fairqueue")
 @click.pass_context
 def fairqueue(ctx: click.Context, **kwargs: Any) -> None:
-    """Fair queues and dead letters, read from the fair store (Redis).
+    """Fair queues, accounts, jobs and dead letters, read from the fair store (Redis).
 
-    Only `dlq replay` and `dlq purge` change anything; purge asks first unless --yes.
+    `pause`, `resume`, `cancel`, `run-now`, `dlq replay` and `dlq purge` change something;
+    purge asks first unless --yes.
     """
 
 
@@ -77,7 +89,8 @@ def fairqueue(ctx: click.Context, **kwargs: Any) -> None:
               help_group="Store Options", help="Paused accounts to list per queue.")
 @click.pass_context
 def status(ctx: click.Context, queues: list[str] | None, paused: int, **kwargs: Any) -> None:
-    """Ready, delayed and running jobs per queue, paused accounts, DLQ size, counters."""
+    """Jobs, oldest waiting age and live workers per queue (with a warning for a queue no
+    worker consumes), paused accounts and queues, DLQ size, counters."""
     app = _app(ctx)
     ctx.obj.echo(status_report(app, StoreInspector(app).status(queues, paused_limit=paused)))
 
@@ -92,10 +105,93 @@ def status(ctx: click.Context, queues: list[str] | None, paused: int, **kwargs: 
 @click.pass_context
 def accounts(ctx: click.Context, queues: list[str] | None, account: str | None, limit: int,
              **kwargs: Any) -> None:
-    """Per-account ready and running jobs, state and limit, from the store."""
+    """Per-account jobs, state, limit and the reason it does not run now, from the store;
+    with --account, that account in every queue, in full."""
+    ctx.obj.echo(accounts_text(_app(ctx), queues, account, limit))
+
+
+@fairqueue.command(cls=StoreCommand)
+@click.option("--account", cls=CeleryOption, required=True, help_group="Store Options",
+              help="The account whose jobs to list.")
+@click.option("--limit", cls=CeleryOption, type=click.IntRange(1), default=50,
+              show_default=True, help_group="Store Options", help="Most jobs to show.")
+@click.pass_context
+def jobs(ctx: click.Context, account: str, limit: int, **kwargs: Any) -> None:
+    """An account's jobs in the fair store now: running, ready or deferred, delayed."""
     inspector = StoreInspector(_app(ctx))
-    page = inspector.accounts(queues, account=account, limit=limit)
-    ctx.obj.echo(accounts_report(page, inspector.store.server_time()))
+    ctx.obj.echo(jobs_report(inspector.live_jobs(account, limit), inspector.server_time()))
+
+
+@fairqueue.command(cls=StoreCommand)
+@click.pass_context
+def workers(ctx: click.Context, **kwargs: Any) -> None:
+    """Live workers (registered by their heartbeat): queues, slots, last heartbeat."""
+    inspector = StoreInspector(_app(ctx))
+    ctx.obj.echo(workers_report(inspector.workers(), inspector.server_time()))
+
+
+scope_options = [
+    click.option("--account", cls=CeleryOption, help_group="Pause Options",
+                 help="The account (with --queue: only in that queue; else in every queue)."),
+    click.option("--queue", cls=CeleryOption, help_group="Pause Options",
+                 help="The queue (without --account: the whole queue)."),
+]
+
+
+def _scope(account: str | None, queue: str | None) -> None:
+    if account is None and queue is None:
+        raise click.UsageError("give --account, --queue, or both")
+
+
+@fairqueue.command(cls=StoreCommand)
+@scope_options[0]
+@scope_options[1]
+@click.option("--by", cls=CeleryOption, help_group="Pause Options",
+              help="Who pauses (default: the login name).")
+@click.option("--reason", cls=CeleryOption, default="", help_group="Pause Options",
+              help="Why, for whoever looks at it later.")
+@click.pass_context
+def pause(ctx: click.Context, account: str | None, queue: str | None, by: str | None,
+          reason: str, **kwargs: Any) -> None:
+    """Stop handing out an account's (or a queue's) jobs; they stay ready until resume."""
+    _scope(account, queue)
+    done = pause_account(_app(ctx), account, queue, by=by or getpass.getuser(), reason=reason)
+    ctx.obj.echo(pause_report(done))
+
+
+@fairqueue.command(cls=StoreCommand)
+@scope_options[0]
+@scope_options[1]
+@click.pass_context
+def resume(ctx: click.Context, account: str | None, queue: str | None, **kwargs: Any) -> None:
+    """End the pause made with the same --account and --queue."""
+    _scope(account, queue)
+    resumed = resume_account(_app(ctx), account, queue)
+    ctx.obj.echo(resume_report(account, queue, resumed))
+    if not resumed:
+        ctx.exit(EX_FAILURE)
+
+
+@fairqueue.command(cls=StoreCommand)
+@click.argument("task_ids", nargs=-1, required=True)
+@click.pass_context
+def cancel(ctx: click.Context, task_ids: tuple[str, ...], **kwargs: Any) -> None:
+    """Take waiting fair jobs out of the store (task ids, or the job ids `jobs` shows)."""
+    outcome = cancel_each(_app(ctx), task_ids)
+    for task_id in outcome.done:
+        ctx.obj.echo(f"cancelled {task_id}")
+    report_failures(ctx, "cancelled", outcome)
+
+
+@fairqueue.command(name="run-now", cls=StoreCommand)
+@click.argument("task_ids", nargs=-1, required=True)
+@click.pass_context
+def run_now(ctx: click.Context, task_ids: tuple[str, ...], **kwargs: Any) -> None:
+    """Make delayed fair jobs ready now; they still obey their account's limits."""
+    outcome = run_now_each(_app(ctx), task_ids)
+    for task_id in outcome.done:
+        ctx.obj.echo(f"made {task_id} ready")
+    report_failures(ctx, "made ready", outcome)
 
 
 @fairqueue.command(cls=StoreCommand)
@@ -143,10 +239,11 @@ def dlq_list(ctx: click.Context, account: str | None, task: str | None, reason: 
 @show_args_option
 @click.pass_context
 def dlq_show(ctx: click.Context, job_id: str, show_args: bool, **kwargs: Any) -> None:
-    """One dead letter in full: reason, attempts, error and traceback."""
+    """One dead letter in full: reason, attempts, error and traceback. JOB_ID is its id, the
+    Celery task id, or `task.name[task id]` as the worker log prints it."""
     app = _app(ctx)
     try:
-        letter = DeadLetters(app).get(job_id)
+        letter = DeadLetters(app).find(job_id)
     except DeadLetterNotFound as exc:
         raise CeleryCommandException(message=str(exc.args[0]), exit_code=EX_FAILURE) from None
     ctx.obj.echo(dead_letter_report(app, letter, show_args))

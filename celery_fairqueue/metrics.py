@@ -13,6 +13,16 @@ hash, which the Lua scripts increment anyway.
 ``fairqueue_event_backlog``                       transitions not yet recorded
 ``fairqueue_<name>_total``                        enqueued, claimed, deferred, requeued,
                                                   reaped, dead, replayed, acked, capped
+``fairqueue_oldest_waiting_age_seconds{queue}``   how long the oldest waiting job (ready,
+                                                  deferred by a limit, paused, or delayed and
+                                                  due) has waited, from Redis; 0: none waits
+``fairqueue_account_oldest_waiting_age_seconds``  the same per account, for the
+  ``{queue, account, reason}``                    ``fairqueue_metrics_top_accounts`` accounts
+                                                  of each queue waiting longest; ``reason`` is
+                                                  why it does not run (see store/console.py)
+``fairqueue_queue_workers{queue}``                live workers that consume the queue
+``fairqueue_workers``                             live workers (registered by heartbeat)
+``fairqueue_operator_pauses``                     accounts and queues an operator paused
 ``fairqueue_oldest_ready_age_seconds{queue}``     how long the oldest ready job has waited,
                                                   when a callback provides it (the Django
                                                   app passes ``queries.oldest_ready_age_by_queue``)
@@ -20,23 +30,7 @@ hash, which the Lua scripts increment anyway.
 ================================================  =========================================
 
 Alert on waiting time, not on depth: a deep queue that drains is healthy, a short one nobody
-claims is not. A rule for Prometheus::
-
-    groups:
-      - name: fairqueue
-        rules:
-          - alert: FairqueueJobsWaiting
-            expr: max by (queue) (fairqueue_oldest_ready_age_seconds) > 300
-            for: 5m
-            labels: {severity: page}
-            annotations:
-              summary: "Ready jobs in {{ $labels.queue }} have waited over 5 minutes"
-              description: "No worker takes them: workers down, stuck, or too few."
-          - alert: FairqueueRecorderBehind
-            expr: fairqueue_event_backlog > 10000
-            for: 10m
-            annotations:
-              summary: "The recorder is not keeping up; job state in the database is stale"
+claims is not. ``docs/prometheus/alerts.yml`` has rules, ``docs/grafana/`` a dashboard.
 """
 
 from __future__ import annotations
@@ -50,7 +44,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .errors import StoreUnavailableError
-from .store import DeadLetters, EventReader, store_for
+from .store import DeadLetters, EventReader, StoreInspector, store_for
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +110,42 @@ class FairqueueCollector:
         stats = store.stats()
         for name, doc in COUNTERS.items():
             yield CounterMetricFamily(f"fairqueue_{name}", doc, value=stats.get(name, 0))
+        yield from self._waiting_metrics()
+
+    def _waiting_metrics(self) -> Iterator[Metric]:
+        """How long jobs wait, per queue and for the accounts waiting longest; live workers."""
+        inspector = StoreInspector(self.app)
+        now = inspector.server_time()
+        queue_age = GaugeMetricFamily(
+            "fairqueue_oldest_waiting_age_seconds",
+            "Seconds the oldest waiting job of the queue (ready, deferred, paused, or delayed "
+            "and due) has waited; 0 when none waits.", labels=["queue"])
+        account_age = GaugeMetricFamily(
+            "fairqueue_account_oldest_waiting_age_seconds",
+            "Seconds the oldest waiting job of the account has waited, for the accounts of "
+            "each queue waiting longest (fairqueue_metrics_top_accounts), with the reason it "
+            "does not run.", labels=["queue", "account", "reason"])
+        top = store_for(self.app).settings.metrics_top_accounts
+        for queue, since in inspector.queue_oldest_waiting().items():
+            queue_age.add_metric([queue], max(now - since, 0.0) if since else 0.0)
+            for account, waiting in inspector.oldest_accounts(queue, top) if since else []:
+                [state] = inspector.account_state(account, [queue])
+                account_age.add_metric([queue, label(account), state.reason],
+                                       max(now - waiting, 0.0))
+        yield queue_age
+        yield account_age
+        workers = inspector.workers()
+        consumers = GaugeMetricFamily("fairqueue_queue_workers",
+                                      "Live workers that consume the queue.", labels=["queue"])
+        for queue in sorted(set(store_for(self.app).known_queues()) |
+                            {q for w in workers for q in w.queues}):
+            consumers.add_metric([queue], sum(queue in w.queues for w in workers))
+        yield consumers
+        yield GaugeMetricFamily("fairqueue_workers", "Live workers (registered by heartbeat).",
+                                value=len(workers))
+        yield GaugeMetricFamily("fairqueue_operator_pauses",
+                                "Accounts and queues paused by an operator.",
+                                value=len(inspector.pauses()))
 
     def _oldest_ready_age(self) -> Metric:
         gauge = GaugeMetricFamily("fairqueue_oldest_ready_age_seconds",
@@ -125,6 +155,23 @@ class FairqueueCollector:
         for queue, age in sorted(self.oldest_ready_age().items()):
             gauge.add_metric([queue], age)
         return gauge
+
+
+def label(value: str) -> str:
+    """An id as a label value: the exposition is UTF-8, which a lone surrogate is not."""
+    return value.encode("utf-8", "backslashreplace").decode()
+
+
+#: Every metric name this module exports (a counter's samples add ``_total``); the shipped
+#: dashboard and alert rules are checked against it.
+METRIC_NAMES = frozenset({
+    "fairqueue_store_up", "fairqueue_dead_letters", "fairqueue_event_backlog",
+    "fairqueue_oldest_waiting_age_seconds", "fairqueue_account_oldest_waiting_age_seconds",
+    "fairqueue_queue_workers", "fairqueue_workers", "fairqueue_operator_pauses",
+    "fairqueue_oldest_ready_age_seconds",
+    *(name for name, _ in QUEUE_GAUGES.values()),
+    *(f"fairqueue_{name}_total" for name in COUNTERS),
+})
 
 
 def make_registry(app: Celery, oldest_ready_age: OldestReadyAge | None = None

@@ -9,7 +9,7 @@ sub-command is for whoever can reach Redis).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,14 +18,20 @@ from celery.utils.text import pluralize
 
 from .errors import DeadLetterNotFound, FairqueueError, StoreUnavailableError
 from .idempotency import bound_arguments
+from .install import cancel, run_now
 from .limits import AccountLimit
 from .redaction import redact_arguments
 from .store import (
     AccountPage,
     DeadLetter,
     DeadLetters,
+    LiveJob,
+    OperatorPause,
+    QueueState,
     ScheduledJob,
+    StoreInspector,
     StoreStatus,
+    WorkerInfo,
     display_url,
     store_for,
 )
@@ -35,17 +41,33 @@ HIDDEN_ARGS = "(hidden: --show-args shows them, redacted)"
 
 
 def status_report(app: Celery, status: StoreStatus) -> str:
-    """Per-queue totals, paused accounts, dead letters, leases and counters."""
+    """Per-queue totals with the oldest waiting job's age and the live workers, a warning per
+    queue with ready jobs that no live worker consumes, paused accounts and queues, dead
+    letters, leases and counters."""
     settings = store_for(app).settings
+    now = status.server_time
     lines = [f"Fair store {display_url(settings.redis_url or '')} "
-             f"(prefix {settings.key_prefix}) at {moment(status.server_time)}", ""]
+             f"(prefix {settings.key_prefix}) at {moment(now)}", ""]
     if status.queues:
         lines.append(render(
-            ["QUEUE", "READY", "DELAYED", "RUNNING", "ACCOUNTS READY", "ACCOUNTS PAUSED"],
+            ["QUEUE", "READY", "DELAYED", "RUNNING", "ACCOUNTS READY", "ACCOUNTS PAUSED",
+             "OLDEST WAITING", "WORKERS"],
             [[q.queue, q.ready, q.delayed, q.running if q.running_exact else f"{q.running}+",
-              q.accounts_ready, q.accounts_paused] for q in status.queues]))
+              q.accounts_ready, q.accounts_paused,
+              ago(q.oldest_waiting, now) if q.oldest_waiting else "-", q.workers]
+             for q in status.queues]))
     else:
         lines.append("No fair queue has held a job yet.")
+    warnings = [f"WARNING: queue {q.queue!r} has {q.ready} ready "
+                f"{pluralize(q.ready, 'job')} but no live worker consumes it"
+                for q in status.unconsumed()]
+    lines += ["", *warnings] if warnings else []
+    if status.pauses:
+        lines += ["", "Paused by an operator (resume with `fairqueue resume`):", render(
+            ["QUEUE", "ACCOUNT", "BY", "SINCE", "REASON"],
+            [[p.queue or "(every queue)", p.account or "(the whole queue)", p.by or "-",
+              moment(p.at), p.reason or "-"] for p in status.pauses])]
+    lines += ["", workers_report(status.workers, now)]
     if status.paused:
         lines += ["", "Paused accounts, soonest to resume first:", render(
             ["QUEUE", "ACCOUNT", "RESUMES IN"],
@@ -72,19 +94,120 @@ def limit_text(limit: AccountLimit | None) -> str:
     return ", ".join(parts) or "none"
 
 
-def accounts_report(page: AccountPage, now: float) -> str:
-    """One row per account and queue: ready, running, state and limit."""
+def accounts_report(page: AccountPage, now: float,
+                    states: Mapping[tuple[str, str], QueueState] | None = None) -> str:
+    """One row per account and queue: ready, running, state, limit and, given the accounts'
+    ``states`` by (queue, account), the reason each does not run now."""
     if not page.rows:
         return "No account has ready or running jobs."
+    states = states or {}
     table = render(
-        ["ACCOUNT", "QUEUE", "READY", "RUNNING", "STATE", "RESUMES IN", "LIMIT"],
+        ["ACCOUNT", "QUEUE", "READY", "RUNNING", "STATE", "RESUMES IN", "LIMIT", "REASON"],
         [[r.account, r.queue, r.ready, r.running, r.state,
-          duration(r.paused_until - now) if r.paused_until else "-", limit_text(r.limit)]
+          duration(r.paused_until - now) if r.paused_until else "-", limit_text(r.limit),
+          states[(r.queue, r.account)].reason_text if (r.queue, r.account) in states else "-"]
          for r in page.rows])
     footer = f"{len(page.rows)} rows; {page.accounts_ready} accounts have ready jobs."
     if not page.complete:
         footer += " The listing stopped at --limit; use --account NAME for one account."
     return f"{table}\n\n{footer}"
+
+
+def accounts_text(app: Celery, queues: list[str] | None, account: str | None,
+                  limit: int) -> str:
+    """The ``accounts`` report of both CLIs: one account in full, or the accounts with ready
+    or running jobs, each with the reason it does not run now."""
+    inspector = StoreInspector(app)
+    if account is not None:
+        return account_report(inspector.account_state(account, queues))
+    page = inspector.accounts(queues, limit=limit)
+    shown = sorted({r.queue for r in page.rows})
+    states = {(s.queue, s.account): s for a in dict.fromkeys(r.account for r in page.rows)
+              for s in inspector.account_state(a, shown)}
+    return accounts_report(page, inspector.server_time(), states)
+
+
+def account_report(states: Sequence[QueueState]) -> str:
+    """One account's live state per queue, and why it does not run now in full words."""
+    if not states:
+        return "No fair queue has held a job yet."
+    now = states[0].server_time
+    account = states[0].account
+    table = render(
+        ["QUEUE", "READY", "DEFERRED", "DUE", "DELAYED", "RUNNING", "OLDEST WAITING", "LIMIT"],
+        [[s.queue, s.ready, s.deferred, s.delayed_due, s.delayed_future, s.running,
+          ago(s.oldest_waiting, now) if s.oldest_waiting else "-",
+          limit_text(s.limit) + (" (default)" if s.limit_is_default and s.limit else "")]
+         for s in states])
+    reasons = [f"{s.queue}: {s.reason_text}" + (f" (until {moment(s.until)})" if s.until else "")
+               for s in states]
+    return f"Account {account!r}\n\n{table}\n\n" + "\n".join(reasons)
+
+
+def jobs_report(jobs: Sequence[LiveJob], now: float) -> str:
+    """An account's jobs in the store now: running, ready or deferred, delayed."""
+    if not jobs:
+        return "The account has no job in the fair store (nothing ready, delayed or running)."
+    return render(["JOB", "TASK", "QUEUE", "STATE", "FOR", "DUE IN"],
+                  [[j.job_id, j.task or "?", j.queue, j.state, ago(j.since, now),
+                    duration(j.due - now) if j.due is not None else "-"] for j in jobs])
+
+
+def workers_report(workers: Sequence[WorkerInfo], now: float) -> str:
+    """The live workers: their queues, slots and last heartbeat."""
+    if not workers:
+        return "Live workers: none registered (no worker claims fair jobs)."
+    return f"Live workers: {len(workers)}\n" + render(
+        ["WORKER", "QUEUES", "SLOTS", "LAST BEAT"],
+        [[w.name, ",".join(w.queues), w.slots, f"{ago(w.heartbeat, now)} ago"]
+         for w in workers])
+
+
+def pause_scope_text(account: str | None, queue: str | None) -> str:
+    if account is None:
+        return f"queue {queue!r}"
+    return f"account {account!r} in " + (f"queue {queue!r}" if queue is not None
+                                         else "every queue")
+
+
+def pause_report(pause: OperatorPause) -> str:
+    """What a pause holds, who paused it, when and why."""
+    text = (f"paused {pause_scope_text(pause.account, pause.queue)} "
+            f"(by {pause.by or 'an operator'} at {moment(pause.at)})")
+    return f"{text}: {pause.reason}" if pause.reason else text
+
+
+def resume_report(account: str | None, queue: str | None, resumed: bool) -> str:
+    what = pause_scope_text(account, queue)
+    return f"resumed {what}" if resumed else f"{what} was not paused (nothing to resume)"
+
+
+def each_job(action: Callable[[str], bool], ids: Sequence[str], refused: str) -> BatchOutcome:
+    """Apply ``action`` (cancel, run now) to each task id, stopping if the store goes away."""
+    outcome = BatchOutcome()
+    for task_id in ids:
+        try:
+            done = action(task_id)
+        except StoreUnavailableError as exc:
+            outcome.unreachable = str(exc)
+            break
+        if done:
+            outcome.done[task_id] = ""
+        else:
+            outcome.failed[task_id] = refused
+    return outcome
+
+
+def cancel_each(app: Celery, ids: Sequence[str]) -> BatchOutcome:
+    """Cancel each waiting job (the task id, or the delivery id the store shows)."""
+    return each_job(lambda task_id: cancel(app, task_id), ids,
+                    "not waiting in the fair store (running, finished or unknown)")
+
+
+def run_now_each(app: Celery, ids: Sequence[str]) -> BatchOutcome:
+    """Make each delayed job ready now; it still waits for its account's limits."""
+    return each_job(lambda task_id: run_now(app, task_id), ids,
+                    "not delayed (ready, running, finished or unknown)")
 
 
 def scheduled_report(jobs: Sequence[ScheduledJob], now: float) -> str:

@@ -80,6 +80,9 @@ class FairqueueSettings:
         "0: no bound.")
     max_retry_delay: float = _setting(
         86400.0, "Longest wait before a retry: a longer Retry-After or backoff is cut to it.")
+    metrics_top_accounts: int = _setting(
+        10, "Accounts per queue, those waiting longest, whose oldest waiting age the metrics "
+        "show (fairqueue_account_oldest_waiting_age_seconds): it bounds the series. 0: none.")
     default_account: str | None = _setting(
         None, "Account of a fair job that names none (no account= and no account_arg value); "
         "unset, such a job is refused with MissingAccountError.")
@@ -127,7 +130,7 @@ class FairqueueSettings:
                 raise ConfigurationError(f"fairqueue_{name} must be at least 1")
         if self.wait_replicas < 0:
             raise ConfigurationError("fairqueue_wait_replicas must be 0 (do not wait) or more")
-        for name in ("max_pending_per_account", "max_pending"):
+        for name in ("max_pending_per_account", "max_pending", "metrics_top_accounts"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"fairqueue_{name} must be 0 (no bound) or more")
         if self.heartbeat_interval * 2 > self.lease_seconds:

@@ -28,6 +28,8 @@ from .keys import decode_id, encode_id
 #: Most of an account's ready jobs read to find its oldest (FIFO order: the oldest is among
 #: the first unless a priority or a late-due delayed job reorders them).
 OLDEST_SCAN = 1000
+#: Oldest waiting entries checked against the stored jobs for a queue's oldest waiting age.
+HEAD_CHECK = 16
 #: Most due delayed jobs (of all accounts) looked through for one account's, per queue; due
 #: jobs are made ready at every claim, so only a queue no worker claims holds many.
 DUE_SCAN = 2000
@@ -205,15 +207,23 @@ class ConsoleViews:
         pipe.time()
         for queue in names:
             qk = self.store.keys.queue(queue)
-            pipe.zrange(qk.waiting, 0, 0, withscores=True)
+            pipe.zrange(qk.waiting, 0, HEAD_CHECK - 1, withscores=True)
             pipe.zrange(qk.delayed, 0, 0, withscores=True)
         replies = pipe.execute()
         seconds, micros = replies[0]
         now = seconds + micros / 1e6
+        heads = [replies[1 + 2 * n] for n in range(len(names))]
+        pipe = client.pipeline(transaction=False)
+        for waiting in heads:
+            pipe.hmget(self.store.keys.meta, [job_id for job_id, _ in waiting] or ["-"])
+        stored = pipe.execute()
         oldest: dict[str, float | None] = {}
         for n, queue in enumerate(names):
-            waiting, delayed = replies[1 + 2 * n], replies[2 + 2 * n]
-            times = [float(score) for _, score in waiting]
+            waiting, delayed = heads[n], replies[2 + 2 * n]
+            # an entry whose job is gone (a path that forgot it) must not age forever
+            live = [float(score) for (_, score), meta in zip(waiting, stored[n], strict=False)
+                    if meta]
+            times = live[:1] or [float(score) for _, score in waiting[-1:]]
             times += [float(score) for _, score in delayed if float(score) <= now]
             oldest[queue] = min(times) if times else None
         return oldest

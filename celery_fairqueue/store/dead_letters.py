@@ -9,6 +9,7 @@ the same task, arguments and business key, as a new job with its attempts starti
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from ..errors import DeadLetterNotFound, FairqueueError
 from ..protocol import (
     ACCOUNT_HEADER,
     STORED_JOB_KEY_OPTION,
+    delivery_id,
     is_fair,
     job_key_of,
     normalize_id,
@@ -32,6 +34,8 @@ from .keys import decode_id, encode_job_key
 __all__ = ["DeadLetter", "DeadLetterNotFound", "DeadLetters"]
 
 PAGE = 500  # dead letters read per round trip
+#: ``task.name[<task id>]``, as Celery's and this package's worker log lines name a task.
+LOGGED_TASK = re.compile(r"^[^\[\]\s]*\[(.+)\]:?$")
 
 
 @dataclass
@@ -164,6 +168,24 @@ class DeadLetters:
         if raw is None:
             raise DeadLetterNotFound(f"no dead letter {job_id!r}")
         return DeadLetter.from_json(raw)
+
+    def find(self, name: str) -> DeadLetter:
+        """The dead letter named as a person has it at hand: its id (``<task id>:<retries>``),
+        the Celery task id, or the worker log's ``task.name[<task id>]``; the last delivery
+        of the task when several of its deliveries died (a replay's, say)."""
+        name = name.strip()
+        logged = LOGGED_TASK.match(name)
+        for candidate in dict.fromkeys([name, logged.group(1) if logged else name]):
+            raw = self.client.hget(self.keys.dead, candidate)
+            if raw is not None:
+                return DeadLetter.from_json(raw)
+            # a task's deliveries are <task id>:0, :1, ... (retries); a page covers any policy
+            ids = [delivery_id(candidate, n) for n in range(PAGE)]
+            found = [r for r in self.client.hmget(self.keys.dead, ids) if r is not None]
+            if found:
+                return DeadLetter.from_json(found[-1])
+        raise DeadLetterNotFound(f"no dead letter {name!r} (by its id, or the task id the "
+                                 "worker logged)")
 
     def replay(self, job_id: str) -> AsyncResult:
         """Run a dead job again, as a new job with the same task, arguments and business key.

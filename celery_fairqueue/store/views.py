@@ -7,22 +7,25 @@ store with a million accounts costs the same as asking about one with ten.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from celery import Celery
 
 from ..envelope import Envelope, MalformedEnvelopeError
 from ..limits import AccountLimit
-from .console import ConsoleViews
+from .console import ConsoleViews, WorkerInfo
+from .controls import OperatorPause
 from .core import store_for
 from .keys import QueueKeys, decode_id, encode_id
 
 #: Most hash fields one answer reads from a per-account hash.
 SCAN_LIMIT = 10_000
 
-AccountState = Literal["ready", "paused", "capped", "idle"]
-_STATES: dict[str | None, AccountState] = {"r": "ready", "p": "paused", "c": "capped"}
+#: paused: by its limit (rate, window), until its token or window comes; held: by an operator
+AccountState = Literal["ready", "paused", "capped", "held", "idle"]
+_STATES: dict[str | None, AccountState] = {"r": "ready", "p": "paused", "c": "capped",
+                                           "o": "held"}
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,8 @@ class QueueStatus:
     running_exact: bool  # False when more accounts run jobs than SCAN_LIMIT
     accounts_ready: int
     accounts_paused: int
+    oldest_waiting: float | None = None  # since when its oldest waiting job waits
+    workers: int = 0  # live workers that consume it
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,12 @@ class StoreStatus:
     leased: int
     counters: dict[str, int]
     server_time: float
+    workers: list[WorkerInfo] = field(default_factory=list)  # live workers
+    pauses: list[OperatorPause] = field(default_factory=list)  # operators' pauses
+
+    def unconsumed(self) -> list[QueueStatus]:
+        """Queues with ready jobs that no live worker consumes."""
+        return [q for q in self.queues if q.ready and not q.workers]
 
 
 @dataclass(frozen=True)
@@ -100,9 +111,14 @@ class StoreInspector(ConsoleViews):
         return sorted(names) if names else self.store.known_queues()
 
     def status(self, queues: list[str] | None = None, paused_limit: int = 10) -> StoreStatus:
-        """Totals per queue, the accounts paused longest ahead (soonest first), DLQ, counters."""
+        """Totals per queue with their oldest waiting job and live workers, the accounts paused
+        by their limit (soonest to resume first), operators' pauses, DLQ, counters."""
         rows, paused = [], []
-        for queue in self.queues(queues):
+        names = self.queues(queues)
+        oldest = self.queue_oldest_waiting(names)
+        workers = self.workers()
+        consumers = self.consumers(workers)
+        for queue in names:
             qk = self.keys.queue(queue)
             pipe = self.client.pipeline(transaction=False)
             pipe.zcard(qk.ready)
@@ -113,14 +129,15 @@ class StoreInspector(ConsoleViews):
             ready, delayed, accounts_ready, accounts_paused, soonest = pipe.execute()
             running, exact = self._sum_fields(qk.running)
             rows.append(QueueStatus(queue, ready, delayed, running, exact, accounts_ready,
-                                    accounts_paused))
+                                    accounts_paused, oldest[queue], consumers.get(queue, 0)))
             paused += [PausedAccount(queue, decode_id(a), float(t)) for a, t in soonest]
         pipe = self.client.pipeline(transaction=False)
         pipe.zcard(self.keys.dead_index)
         pipe.zcard(self.keys.leases)
         dead, leased = pipe.execute()
         return StoreStatus(rows, paused, dead, leased, self.store.stats(),
-                           self.store.server_time())
+                           self.store.server_time(), workers=workers,
+                           pauses=self.store.pauses())
 
     def accounts(self, queues: list[str] | None = None, account: str | None = None,
                  limit: int = 50) -> AccountPage:

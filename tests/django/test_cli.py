@@ -20,7 +20,7 @@ import celery_fairqueue
 from celery_fairqueue import DeadLetters
 from celery_fairqueue.contrib.django.models import Job
 from celery_fairqueue.store import store_for
-from tests.harness import REDIS_URL_ENV
+from tests.harness import REDIS_URL_ENV, wait_until
 
 APP = "tests.apps.reliable"
 SEND = "tests.apps.reliable.send_message"
@@ -67,7 +67,9 @@ def test_celery_status_and_accounts_read_the_store(rel, redis_url):
     status = celery("status", redis_url=redis_url)
     assert status.returncode == 0, status.stderr
     [row] = [line.split() for line in status.stdout.splitlines() if line.startswith("celery ")]
-    assert row == ["celery", "4", "0", "0", "2", "0"]  # ready, delayed, running, accounts
+    # ready, delayed, running, accounts ready and paused, oldest waiting age, live workers
+    assert row[:6] == ["celery", "4", "0", "0", "2", "0"] and row[-1] == "0"
+    assert re.fullmatch(r"\d+s", row[6])
     assert "Dead letters: 1" in status.stdout
     assert "enqueued" in status.stdout
 
@@ -75,10 +77,11 @@ def test_celery_status_and_accounts_read_the_store(rel, redis_url):
     assert accounts.returncode == 0, accounts.stderr
     lines = accounts.stdout.splitlines()
     assert lines[0].split() == ["ACCOUNT", "QUEUE", "READY", "RUNNING", "STATE", "RESUMES",
-                                "IN", "LIMIT"]
+                                "IN", "LIMIT", "REASON"]
     assert lines[2].split()[:5] == ["acme", "celery", "3", "0", "ready"]
-    assert lines[2].endswith("10/s burst 5, 2 at once")
-    assert lines[3].split() == ["beta", "celery", "1", "0", "ready", "-", "default"]
+    assert "10/s burst 5, 2 at once" in lines[2]
+    assert lines[2].endswith("no worker consumes this queue")
+    assert lines[3].split()[:7] == ["beta", "celery", "1", "0", "ready", "-", "default"]
 
 
 def test_celery_dlq_lists_shows_and_replays_without_showing_arguments(rel, redis_url):
@@ -138,11 +141,11 @@ def test_manage_status_accounts_and_dlq_list(rel):
                        last_error="PermanentError: lead 5 was deleted")
 
     assert "Dead letters: 1" in manage("status")
-    [row] = [line.split() for line in manage("accounts").splitlines()
+    [row] = [line.split() for line in manage("recorded").splitlines()
              if line.startswith("acme")]
     assert row[:6] == ["acme", "1", "0", "0", "0", "1"]
-    assert "PermanentError: lead 5 was deleted" in manage("accounts", "--account", "acme")
-    assert "No jobs recorded." in manage("accounts", "--account", "nobody")
+    assert "PermanentError: lead 5 was deleted" in manage("recorded", "--account", "acme")
+    assert "No jobs recorded." in manage("recorded", "--account", "nobody")
     listing = manage("dlq", "list", "--show-args")
     assert '"email": "***"' in listing and "ann@example.com" not in listing
 
@@ -176,3 +179,136 @@ def test_manage_replay_and_purge_need_a_user_with_the_permission(rel):
     assert DeadLetters(rel.app).count() == 0
     with pytest.raises(CommandError, match="1 dead letters were not purged"):
         manage("dlq", "purge", "t2:0", "--user", "bob")
+
+
+def subcommands_of_manage() -> set[str]:
+    from celery_fairqueue.contrib.django.management.commands.fairqueue import Command
+    parser = Command().create_parser("manage.py", "fairqueue")
+    [commands] = [a for a in parser._actions if a.dest == "command"]
+    return set(commands.choices)
+
+
+def test_both_commands_use_one_set_of_names():
+    from celery_fairqueue.cli import fairqueue
+    assert set(fairqueue.commands) <= subcommands_of_manage()
+    assert subcommands_of_manage() - set(fairqueue.commands) == {"recorded"}  # the database's
+
+
+def test_status_warns_when_no_worker_consumes_a_queue(rel, redis_url, celery_worker_factory):
+    rel.send_message.delay("acme", 1)
+    warning = "WARNING: queue 'celery' has 1 ready job but no live worker consumes it"
+    status = celery("status", redis_url=redis_url)
+    assert status.returncode == 0, status.stderr
+    assert warning in status.stdout
+    assert "Live workers: none registered" in status.stdout
+
+    # a real worker on the queue (paused, so the job stays to be counted): no warning
+    celery_fairqueue.pause(rel.app, queue="celery", by="ops", reason="maintenance")
+    worker = celery_worker_factory(APP, concurrency=3)
+    assert wait_until(lambda: "Live workers: 1" in celery("status", redis_url=redis_url).stdout,
+                      timeout=30)
+    status = celery("status", redis_url=redis_url)
+    assert warning not in status.stdout
+    row, pause = [line.split() for line in status.stdout.splitlines()
+                  if line.startswith("celery ")]
+    assert row[1] == "1" and row[-1] == "1"  # still ready; one worker consumes it
+    assert pause[:5] == ["celery", "(the", "whole", "queue)", "ops"]
+    assert worker.hostname in status.stdout
+    assert "maintenance" in status.stdout
+
+
+def test_celery_pause_resume_and_account_reason(rel, redis_url):
+    rel.send_message.delay("acme", 1)
+    paused = celery("pause", "--account", "acme", "--by", "alice", "--reason", "asked to",
+                    redis_url=redis_url)
+    assert paused.returncode == 0, paused.stderr
+    assert paused.stdout.startswith("paused account 'acme' in every queue (by alice at ")
+    assert paused.stdout.rstrip().endswith("): asked to")
+
+    account = celery("accounts", "--account", "acme", redis_url=redis_url)
+    assert account.returncode == 0, account.stderr
+    assert re.search(r"celery: paused by alice at \d\d:\d\d:\d\d UTC: asked to", account.stdout)
+    assert "paused by alice" in celery("accounts", redis_url=redis_url).stdout
+
+    resumed = celery("resume", "--account", "acme", redis_url=redis_url)
+    assert resumed.returncode == 0 and "resumed account 'acme' in every queue" in resumed.stdout
+    assert "celery: no worker consumes this queue" in celery(
+        "accounts", "--account", "acme", redis_url=redis_url).stdout
+    again = celery("resume", "--account", "acme", redis_url=redis_url)
+    assert again.returncode == 1 and "was not paused" in again.stdout
+    assert celery("pause", redis_url=redis_url).returncode == 2  # neither --account nor --queue
+
+
+def test_celery_jobs_cancel_and_run_now(rel, redis_url):
+    ready = rel.send_message.delay("acme", 1)
+    later = rel.send_message.apply_async(args=("acme", 2), countdown=3600)
+    jobs = celery("jobs", "--account", "acme", redis_url=redis_url)
+    assert jobs.returncode == 0, jobs.stderr
+    rows = [line.split() for line in jobs.stdout.splitlines()[2:]]
+    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
+        (f"{ready.id}:0", SEND, "celery", "ready"), (f"{later.id}:0", SEND, "celery", "delayed")]
+    assert rows[1][-2:] == ["59m", "59s"] or rows[1][-2] in ("59m", "1h")
+
+    run = celery("run-now", later.id, ready.id, redis_url=redis_url)
+    assert run.returncode == 1
+    assert f"made {later.id} ready" in run.stdout
+    assert f"not made ready {ready.id}: not delayed" in run.stderr
+    assert [r.state for r in store_inspector(rel).live_jobs("acme")] == ["ready", "ready"]
+
+    cancelled = celery("cancel", f"{ready.id}:0", "nope", redis_url=redis_url)
+    assert cancelled.returncode == 1
+    assert f"cancelled {ready.id}:0" in cancelled.stdout and "not cancelled nope" in \
+        cancelled.stderr
+    assert ready.state == "REVOKED"
+    assert [j.job_id for j in store_inspector(rel).live_jobs("acme")] == [f"{later.id}:0"]
+    assert "no job in the fair store" in celery("jobs", "--account", "nobody",
+                                                 redis_url=redis_url).stdout
+
+
+def store_inspector(rel):
+    from celery_fairqueue.store import StoreInspector
+    return StoreInspector(rel.app)
+
+
+def test_dlq_show_accepts_the_task_id_as_the_worker_logs_print_it(rel, redis_url):
+    bury(rel, "3f2a-77:2", lead=9)
+    for name in ("3f2a-77:2", "3f2a-77", f"{SEND}[3f2a-77]"):
+        shown = celery("dlq", "show", name, redis_url=redis_url)
+        assert shown.returncode == 0, (name, shown.stderr)
+        assert "permanent: lead 9 was deleted" in shown.stdout
+    missing = celery("dlq", "show", "3f2a-78", redis_url=redis_url)
+    assert missing.returncode == 1 and "no dead letter '3f2a-78'" in missing.stderr
+
+
+@pytest.mark.django_db
+def test_manage_has_the_same_reports(rel):
+    rel.send_message.delay("acme", 1)
+    bury(rel, "t9:1", lead=9)
+    assert "no live worker consumes it" in manage("status")
+    assert "celery: no worker consumes this queue" in manage("accounts", "--account", "acme")
+    assert "no worker consumes this queue" in manage("accounts")
+    assert ":0" in manage("jobs", "--account", "acme")
+    assert "Live workers: none registered" in manage("workers")
+    assert "permanent: lead 9 was deleted" in manage("dlq", "show", "t9")
+
+
+@pytest.mark.django_db
+def test_manage_pause_cancel_and_run_now_need_a_user_with_the_permission(rel):
+    job = rel.send_message.apply_async(args=("acme", 1), countdown=3600)
+    User.objects.create_user("ann", is_staff=True)
+    User.objects.create_superuser("root")
+    for args in (("pause", "--account", "acme"), ("resume", "--account", "acme"),
+                 ("cancel", job.id), ("run-now", job.id)):
+        with pytest.raises(CommandError, match="Refused: ann lacks the permission"):
+            manage(*args, "--user", "ann")
+    assert celery_fairqueue.store_for(rel.app).pauses() == []
+
+    assert "(by root at " in manage("pause", "--account", "acme", "--reason", "x",
+                                    "--user", "root")
+    [pause] = celery_fairqueue.store_for(rel.app).pauses()
+    assert (pause.account, pause.by, pause.reason) == ("acme", "root", "x")
+    assert "resumed account 'acme'" in manage("resume", "--account", "acme", "--user", "root")
+    assert f"made {job.id} ready" in manage("run-now", job.id, "--user", "root")
+    assert f"cancelled {job.id}" in manage("cancel", job.id, "--user", "root")
+    with pytest.raises(CommandError, match="1 jobs were not cancelled"):
+        manage("cancel", job.id, "--user", "root")

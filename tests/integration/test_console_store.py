@@ -284,3 +284,64 @@ def test_heartbeat_extends_leases_and_renews_the_registration_in_one_call(store)
     assert store.heartbeat(TOKEN, registration, [job.job_id, "gone:0"]) == ["gone:0"]
     assert [w.id for w in Inspector(store).workers()] == [TOKEN]
     assert store.heartbeat(TOKEN, registration, []) == []
+
+
+def test_metrics_show_oldest_waiting_age_per_queue_and_for_the_top_accounts(fair, redis_client):
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from celery_fairqueue.metrics import METRIC_NAMES, make_registry
+    from celery_fairqueue.store import store_for
+
+    fair_store = store_for(fair.app)
+    accounts = [f"acct{n:02d}" for n in range(11)] + ["\ud800 x"]
+    for account in accounts:
+        put(fair_store, account, 1, queue="celery")
+    put(fair_store, "later", 1, queue="critical", due=fair_store.server_time() + 3600)
+    fair_store.pause("acct00", by="ops")
+    text = generate_latest(make_registry(fair.app)).decode()
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    assert {s.name for s in samples} <= METRIC_NAMES
+    queue_age = {s.labels["queue"]: s.value for s in samples
+                 if s.name == "fairqueue_oldest_waiting_age_seconds"}
+    assert set(queue_age) == {"celery", "critical"}
+    assert queue_age["critical"] == 0 and queue_age["celery"] >= 0  # a future eta is not waiting
+    per_account = [s.labels for s in samples
+                   if s.name == "fairqueue_account_oldest_waiting_age_seconds"]
+    top = fair_store.settings.metrics_top_accounts
+    assert len(per_account) == top == 10  # bounded: 12 accounts wait, the 10 oldest are shown
+    assert [labels["account"] for labels in per_account] == accounts[:10]  # oldest first
+    reasons = {labels["account"]: labels["reason"] for labels in per_account}
+    assert reasons["acct00"] == "paused" and reasons["acct01"] == "no_worker"
+    workers = {s.labels.get("queue"): s.value for s in samples
+               if s.name == "fairqueue_queue_workers"}
+    assert workers == {"celery": 0, "critical": 0}
+    assert [s.value for s in samples if s.name == "fairqueue_operator_pauses"] == [1]
+
+
+def test_a_lone_surrogate_account_is_a_valid_metric_label(fair, redis_client):
+    from prometheus_client import generate_latest
+
+    from celery_fairqueue.metrics import make_registry
+    from celery_fairqueue.store import store_for
+
+    put(store_for(fair.app), "\ud800 x", 1, queue="celery")
+    text = generate_latest(make_registry(fair.app)).decode()
+    assert 'account="\\\\ud800 x"' in text
+
+
+def test_a_waiting_entry_whose_job_is_gone_does_not_age_the_queue(store):
+    inspector = Inspector(store)
+    put(store, "acme", 1)
+    since = inspector.queue_oldest_waiting()["default"]
+    # a code path that dropped a job without its waiting entry (as an older script would)
+    store.client.zadd(store.keys.queue("default").waiting, {"lost:0": since - 3600})
+    assert inspector.queue_oldest_waiting()["default"] == since
+
+
+def test_the_accounts_listing_shows_an_operator_pause_as_held(store):
+    put(store, "acme", 1)
+    store.pause("acme")
+    claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT)
+    [row] = Inspector(store).accounts().rows
+    assert (row.account, row.state, row.ready) == ("acme", "held", 1)

@@ -1,9 +1,11 @@
 """``manage.py fairqueue``: the fair store and its dead letters, for people with a Django login.
 
-Replay and purge act on behalf of a user (``--user``) who must hold the permissions the admin
-asks for, so being able to run the project's management commands is not enough to change dead
-letters. ``celery -A proj fairqueue`` is the operator's tool instead: whoever can run it reaches
-Redis directly, so it checks no users (and asks before it purges).
+The sub-commands and their reports are those of ``celery -A proj fairqueue`` (reports.py), plus
+``recorded``, the per-account counts of the recorded jobs in the database. Replay, purge,
+pause, resume, cancel and run-now act on behalf of a user (``--user``) who must hold the
+permission the admin asks for, so being able to run the project's management commands is not
+enough to change anything. ``celery -A proj fairqueue`` is the operator's tool instead: whoever
+can run it reaches Redis directly, so it checks no users (and asks before it purges).
 """
 
 from __future__ import annotations
@@ -17,42 +19,93 @@ from django.core.management.base import BaseCommand, CommandError
 
 from celery_fairqueue.contrib.django.conf import celery_app
 from celery_fairqueue.contrib.django.queries import account_overview
-from celery_fairqueue.contrib.django.views import purge_dead_letters, replay_dead_letters
-from celery_fairqueue.errors import StoreUnavailableError
+from celery_fairqueue.contrib.django.views import purge_dead_letters, replay_dead_letters, require
+from celery_fairqueue.errors import DeadLetterNotFound, StoreUnavailableError
+from celery_fairqueue.install import pause, resume
 from celery_fairqueue.reports import (
     BatchOutcome,
     PurgeSelectionError,
+    accounts_text,
+    cancel_each,
+    dead_letter_report,
     dead_letters_report,
     failure_lines,
+    jobs_report,
+    pause_report,
     purge_selection,
+    resume_report,
+    run_now_each,
+    scheduled_report,
     status_report,
+    workers_report,
 )
 from celery_fairqueue.store import DeadLetters, StoreInspector
 from celery_fairqueue.tables import duration, render
 
 USER_HELP = ("Act as this user, who must hold the permission {perm} (as in the admin); the "
              "command refuses otherwise.")
+#: The permissions of the console's actions (the admin asks for the same).
+PAUSE_PERMISSION = "celery_fairqueue.pause_account"
+RESUME_PERMISSION = "celery_fairqueue.resume_account"
+CANCEL_PERMISSION = "celery_fairqueue.cancel_job"
+RUN_NOW_PERMISSION = "celery_fairqueue.run_job_now"
 
 
 class Command(BaseCommand):
-    help = ("Fair queues, accounts and dead letters. `status` and `dlq list` read Redis, "
-            "`accounts` reads the recorded jobs. `dlq replay` and `dlq purge` need --user "
-            "USERNAME with the permission celery_fairqueue.replay_job or purge_job: they act "
-            "for a Django user, as the admin does. (`celery -A proj fairqueue` is the "
-            "operator's tool with Redis access and checks no users.)")
+    help = ("Fair queues, accounts, jobs and dead letters, with the reports of `celery -A proj "
+            "fairqueue`; `recorded` reads the recorded jobs. `pause`, `resume`, `cancel`, "
+            "`run-now`, `dlq replay` and `dlq purge` need --user USERNAME with the permission "
+            "the admin asks for: they act for a Django user. (`celery -A proj fairqueue` is "
+            "the operator's tool with Redis access and checks no users.)")
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-        status = commands.add_parser("status", help="Ready, delayed and running jobs per queue, "
-                                                    "paused accounts, DLQ size, counters.")
+        status = commands.add_parser(
+            "status", help="Jobs, oldest waiting age and live workers per queue, paused "
+                           "accounts and queues, DLQ size, counters.")
         status.add_argument("-Q", "--queues", help="Comma-separated fair queues to show.")
 
-        accounts = commands.add_parser("accounts", help="Per-account job counts, oldest ready "
-                                                        "age and last error, from the database.")
-        accounts.add_argument("--account", help="Only this account.")
-        accounts.add_argument("--limit", type=int, default=50, help="Most accounts to show.")
+        accounts = commands.add_parser(
+            "accounts", help="Per-account jobs, state, limit and the reason it does not run "
+                             "now, from the store; --account: one account in full.")
+        accounts.add_argument("-Q", "--queues", help="Comma-separated fair queues to show.")
+        accounts.add_argument("--account", help="Only this account, in full.")
+        accounts.add_argument("--limit", type=int, default=50, help="Most accounts to read.")
 
-        dlq = commands.add_parser("dlq", help="Dead letters: list, replay, purge.")
+        recorded = commands.add_parser("recorded", help="Per-account job counts, oldest ready "
+                                                        "age and last error, from the database.")
+        recorded.add_argument("--account", help="Only this account.")
+        recorded.add_argument("--limit", type=int, default=50, help="Most accounts to show.")
+
+        jobs = commands.add_parser("jobs", help="An account's jobs in the fair store now.")
+        jobs.add_argument("--account", required=True, help="The account.")
+        jobs.add_argument("--limit", type=int, default=50, help="Most jobs to show.")
+
+        commands.add_parser("workers", help="Live workers: queues, slots, last heartbeat.")
+        scheduled = commands.add_parser("scheduled", help="Delayed fair jobs, soonest first.")
+        scheduled.add_argument("-Q", "--queues", help="Comma-separated fair queues to show.")
+        scheduled.add_argument("--limit", type=int, default=50, help="Most jobs to show.")
+
+        for name, perm, text in (
+                ("pause", PAUSE_PERMISSION, "Stop handing out an account's or a queue's jobs"),
+                ("resume", RESUME_PERMISSION, "End the pause made with the same --account and "
+                                              "--queue")):
+            action = commands.add_parser(name, help=f"{text} (needs --user with "
+                                                    f"{perm.split('.')[1]}).")
+            action.add_argument("--account", help="The account (with --queue: only there).")
+            action.add_argument("--queue", help="The queue (without --account: all of it).")
+            action.add_argument("--user", required=True, help=USER_HELP.format(perm=perm))
+            if name == "pause":
+                action.add_argument("--reason", default="", help="Why, for whoever looks later.")
+        for name, perm, text in (
+                ("cancel", CANCEL_PERMISSION, "Take waiting fair jobs out of the store"),
+                ("run-now", RUN_NOW_PERMISSION, "Make delayed fair jobs ready now")):
+            action = commands.add_parser(name, help=f"{text} (needs --user with "
+                                                    f"{perm.split('.')[1]}).")
+            action.add_argument("ids", nargs="+", metavar="TASK_ID", help="Task or job ids.")
+            action.add_argument("--user", required=True, help=USER_HELP.format(perm=perm))
+
+        dlq = commands.add_parser("dlq", help="Dead letters: list, show, replay, purge.")
         dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True, metavar="COMMAND")
         listing = dlq_commands.add_parser("list", help="Dead letters, newest first.")
         listing.add_argument("--account", help="Only this account's.")
@@ -61,6 +114,11 @@ class Command(BaseCommand):
         listing.add_argument("--limit", type=int, default=50, help="Most to show.")
         listing.add_argument("--show-args", action="store_true",
                              help="Show job arguments, masked by the task's redact names.")
+        show = dlq_commands.add_parser("show", help="One dead letter in full.")
+        show.add_argument("id", metavar="ID", help="Its id, the Celery task id, or "
+                                                   "task.name[task id] as the worker logs it.")
+        show.add_argument("--show-args", action="store_true",
+                          help="Show job arguments, masked by the task's redact names.")
 
         replay = dlq_commands.add_parser(
             "replay", help="Run dead jobs again (needs --user with replay_job).")
@@ -78,24 +136,78 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            if options["command"] == "status":
-                self.status(options)
-            elif options["command"] == "accounts":
-                self.accounts(options)
-            else:
+            if options["command"] == "dlq":
                 getattr(self, f"dlq_{options['dlq_command']}")(options)
+            else:
+                getattr(self, options["command"].replace("-", "_"))(options)
         except StoreUnavailableError as exc:
             raise CommandError(f"The fair store (Redis) cannot be reached: {exc}") from exc
         except PermissionDenied as exc:
-            raise CommandError(f"Refused: {exc}. Replay and purge act for a Django user who "
-                               "holds the permission, as in the admin.") from exc
+            raise CommandError(f"Refused: {exc}. Changes act for a Django user who holds the "
+                               "permission, as in the admin.") from exc
+
+    @staticmethod
+    def queues(options: dict[str, Any]) -> list[str] | None:
+        return options["queues"].split(",") if options.get("queues") else None
 
     def status(self, options: dict[str, Any]) -> None:
         app = celery_app()
-        queues = options["queues"].split(",") if options["queues"] else None
-        self.stdout.write(status_report(app, StoreInspector(app).status(queues)))
+        self.stdout.write(status_report(app, StoreInspector(app).status(self.queues(options))))
 
     def accounts(self, options: dict[str, Any]) -> None:
+        self.stdout.write(accounts_text(celery_app(), self.queues(options), options["account"],
+                                        options["limit"]))
+
+    def jobs(self, options: dict[str, Any]) -> None:
+        inspector = StoreInspector(celery_app())
+        self.stdout.write(jobs_report(inspector.live_jobs(options["account"], options["limit"]),
+                                      inspector.server_time()))
+
+    def workers(self, options: dict[str, Any]) -> None:
+        inspector = StoreInspector(celery_app())
+        self.stdout.write(workers_report(inspector.workers(), inspector.server_time()))
+
+    def scheduled(self, options: dict[str, Any]) -> None:
+        inspector = StoreInspector(celery_app())
+        self.stdout.write(scheduled_report(
+            inspector.scheduled(self.queues(options), options["limit"]),
+            inspector.server_time()))
+
+    def scope(self, options: dict[str, Any]) -> tuple[str | None, str | None]:
+        if options["account"] is None and options["queue"] is None:
+            raise CommandError("give --account, --queue, or both")
+        return options["account"], options["queue"]
+
+    def pause(self, options: dict[str, Any]) -> None:
+        account, queue = self.scope(options)
+        user = self.user(options["user"])
+        require(user, PAUSE_PERMISSION)
+        self.stdout.write(pause_report(pause(celery_app(), account, queue,
+                                             by=user.get_username(), reason=options["reason"])))
+
+    def resume(self, options: dict[str, Any]) -> None:
+        account, queue = self.scope(options)
+        require(self.user(options["user"]), RESUME_PERMISSION)
+        resumed = resume(celery_app(), account, queue)
+        self.stdout.write(resume_report(account, queue, resumed))
+        if not resumed:
+            raise CommandError("nothing was resumed")
+
+    def cancel(self, options: dict[str, Any]) -> None:
+        require(self.user(options["user"]), CANCEL_PERMISSION)
+        outcome = cancel_each(celery_app(), options["ids"])
+        for task_id in outcome.done:
+            self.stdout.write(f"cancelled {task_id}")
+        self.report_failures("cancelled", outcome, "jobs")
+
+    def run_now(self, options: dict[str, Any]) -> None:
+        require(self.user(options["user"]), RUN_NOW_PERMISSION)
+        outcome = run_now_each(celery_app(), options["ids"])
+        for task_id in outcome.done:
+            self.stdout.write(f"made {task_id} ready")
+        self.report_failures("made ready", outcome, "jobs")
+
+    def recorded(self, options: dict[str, Any]) -> None:
         rows = [row for row in account_overview()
                 if options["account"] in (None, row["account"])]
         if not rows:
@@ -117,6 +229,14 @@ class Command(BaseCommand):
         found = letters.list(account=options["account"], task=options["task"],
                              reason=options["reason"], limit=options["limit"])
         self.stdout.write(dead_letters_report(app, found, options["show_args"], letters.count()))
+
+    def dlq_show(self, options: dict[str, Any]) -> None:
+        app = celery_app()
+        try:
+            letter = DeadLetters(app).find(options["id"])
+        except DeadLetterNotFound as exc:
+            raise CommandError(str(exc.args[0])) from None
+        self.stdout.write(dead_letter_report(app, letter, options["show_args"]))
 
     def dlq_replay(self, options: dict[str, Any]) -> None:
         outcome = replay_dead_letters(self.user(options["user"]), options["ids"])
@@ -140,10 +260,11 @@ class Command(BaseCommand):
         except get_user_model().DoesNotExist:
             raise CommandError(f"no user {username!r}") from None
 
-    def report_failures(self, verb: str, outcome: BatchOutcome) -> None:
+    def report_failures(self, verb: str, outcome: BatchOutcome,
+                        what: str = "dead letters") -> None:
         for line in failure_lines(verb, outcome):
             self.stderr.write(line)
         if outcome.unreachable:
             raise CommandError(f"The fair store (Redis) cannot be reached: {outcome.unreachable}")
         if outcome.failed:
-            raise CommandError(f"{len(outcome.failed)} dead letters were not {verb}")
+            raise CommandError(f"{len(outcome.failed)} {what} were not {verb}")
