@@ -167,7 +167,8 @@ def child(database: str, accounts: int, runs: int) -> None:
             bindir = find_postgres_bindir()
             if bindir is None:
                 raise SystemExit("PostgreSQL server binaries not found; run `make services`")
-            postgres = PostgresServer(bindir, folder / "pg").start()
+            postgres = PostgresServer(bindir, Path(tempfile.mkdtemp(prefix="fq-bench-pg-")))
+            postgres.start()
             postgres.create_database("fqconsole")
             config = {"ENGINE": "django.db.backends.postgresql", "NAME": "fqconsole",
                       "USER": "postgres", "HOST": "127.0.0.1", "PORT": postgres.port}
@@ -184,6 +185,7 @@ def child(database: str, accounts: int, runs: int) -> None:
     finally:
         if postgres is not None:
             postgres.stop()
+            shutil.rmtree(postgres.directory, ignore_errors=True)
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -200,6 +202,10 @@ def main() -> None:
     results = []
     for database in options.db.split(","):
         results += run(database, options.accounts, options.runs)
+        for name, median, slowest in results:
+            if name.startswith(database):
+                print(f"    {name:<45} median {median:6.1f} ms   worst {slowest:6.1f} ms",
+                      flush=True)
     print(f"\nconsole overview, {options.accounts} recorded accounts, {options.runs} renders "
           "each (Django test client, full page: database, Redis, template)")
     worst = 0.0
