@@ -57,7 +57,7 @@ class Job(models.Model):
             models.Index(fields=["status", "next_run_at"], name="fq_job_status_next_run"),
             # the overview's sort by oldest waiting job, and its per-account page of counts
             models.Index(fields=["account", "waiting_since"], name="fq_job_account_waiting"),
-            models.Index(fields=["waiting_since"], name="fq_job_waiting"),
+            models.Index(fields=["waiting_since", "account"], name="fq_job_waiting"),
             # throughput and "dead letters in the last hour"
             models.Index(fields=["status", "finished_at"], name="fq_job_status_finished"),
         ]

@@ -45,7 +45,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='job',
-            index=models.Index(fields=['waiting_since'], name='fq_job_waiting'),
+            index=models.Index(fields=['waiting_since', 'account'], name='fq_job_waiting'),
         ),
         migrations.AddIndex(
             model_name='job',
