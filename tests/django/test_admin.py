@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db
 
 APP = "tests.apps.reliable"
 SEND = "tests.apps.reliable.send_message"
-VIEWER = ("view_job", "view_deadjob", "view_accountlimit")
+VIEWER = ("view_job", "view_deadjob", "view_accountlimit", "view_account")
 LIMIT_EDITOR = (*VIEWER, "add_accountlimit", "change_accountlimit", "delete_accountlimit")
 
 DEAD_URL = f"redis://127.0.0.1:{free_port()}/0"
@@ -156,6 +156,11 @@ def test_pages_work_with_redis_down(client, login, redis_down):
         assert client.get(reverse(f"admin:celery_fairqueue_{name}")).status_code == 200
     page = client.get(reverse("admin:celery_fairqueue_deadjob_change", args=[job.pk]))
     assert page.status_code == 200
+    account = client.get(reverse("admin:celery_fairqueue_account_page", args=["acme"]))
+    assert account.status_code == 200
+    assert b"the fair store cannot be read" in account.content
+    overview = client.get(reverse("admin:celery_fairqueue_account_changelist"))
+    assert b"cannot be read" in overview.content
 
 
 def test_without_the_permissions_replay_and_purge_are_refused(client, login, rel):

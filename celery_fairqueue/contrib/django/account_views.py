@@ -66,12 +66,13 @@ def permissions(request: HttpRequest) -> dict[str, bool]:
 
 
 def _queue_row(queue: str, state: QueueState | None, recorded: dict[str, Any],
-               server_time: float | None, now: datetime) -> dict[str, Any]:
+               server_time: float | None, now: datetime, unreachable: bool) -> dict[str, Any]:
     live_wait = waited(state.oldest_waiting, server_time) if state else None
     return {
         "queue": queue, "state": state,
         "reason": state.reason if state else "unknown",
-        "reason_text": state.reason_text if state else "not in the fair store now",
+        "reason_text": state.reason_text if state else (
+            "the fair store cannot be read" if unreachable else "not in the fair store now"),
         "until": until_words(state.until, server_time) if state else "",
         "limit": limit_text(state.limit) if state and state.limit else "none",
         "limit_is_default": state.limit_is_default if state else True,
@@ -96,8 +97,8 @@ def account_view(request: HttpRequest, account: str, context: dict[str, Any]) ->
     recorded = console.account_queues(account, now)
     states = {state.queue: state for state in live.states}
     queues = sorted(states.keys() | recorded.keys())
-    rows = [_queue_row(q, states.get(q), recorded.get(q, {}), live.server_time, now)
-            for q in queues]
+    rows = [_queue_row(q, states.get(q), recorded.get(q, {}), live.server_time, now,
+                       live.error is not None) for q in queues]
     limit = next((s.limit for s in live.states if s.limit and not s.limit_is_default), None)
     live_jobs = [{"job": job, "since": exact_epoch(job.since), "due": exact_epoch(job.due),
                   "delayed": job.due is not None and bool(live.server_time)
