@@ -27,14 +27,14 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 @contextlib.contextmanager
-def workers(server: RedisServer, count: int = 1,
+def workers(server: RedisServer, count: int = 1, app: str = "bench.app",
             **options: object) -> Iterator[list[WorkerProcess]]:
-    """``count`` real ``celery -A bench.app worker`` processes with the same flags."""
+    """``count`` real ``celery -A <app> worker`` processes with the same flags."""
     started: list[WorkerProcess] = []
     folder = Path(tempfile.mkdtemp(prefix="fq-bench-workers-"))
     try:
         for n in range(count):
-            worker = WorkerProcess("bench.app", redis_url=server.url, cwd=ROOT,
+            worker = WorkerProcess(app, redis_url=server.url, cwd=ROOT,
                                    log_path=folder / f"worker-{n}.log",
                                    hostname=f"bench{n}-{os.getpid()}@localhost", **options)
             started.append(worker.start(60))

@@ -25,7 +25,7 @@ app.conf.update(
     task_ignore_result=True,
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
-    fairqueue_poll_interval=0.05,
+    fairqueue_poll_interval=float(os.environ.get("FQ_POLL_INTERVAL", "0.05")),
     # the soak bench shortens these to see crashed workers' jobs return and keys expire
     fairqueue_lease_seconds=float(os.environ.get("FQ_LEASE_SECONDS", "60")),
     fairqueue_heartbeat_interval=float(os.environ.get("FQ_HEARTBEAT_SECONDS", "10")),
@@ -74,6 +74,16 @@ def fair_noop(account: str) -> None:
 
 @app.task
 def plain_noop(account: str) -> None:
+    _tick()
+
+
+@app.task(base=FairTask, account_arg="account", job_key=("account", "n"))
+def fair_keyed_noop(account: str, n: int) -> None:
+    _tick()
+
+
+@app.task
+def plain_keyed_noop(account: str, n: int) -> None:
     _tick()
 
 

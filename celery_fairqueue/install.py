@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from celery import Celery
+from celery.utils.imports import symbol_by_name
 
 from .errors import StoreUnavailableError
 from .limits import AccountLimit
@@ -24,8 +25,13 @@ logger = logging.getLogger(__name__)
 
 
 def install(app: Celery) -> Celery:
-    """Make ``app`` fair-queue its FairTask tasks; idempotent, returns the app."""
-    settings_for(app)
+    """Make ``app`` fair-queue its FairTask tasks; idempotent, returns the app.
+
+    The ``fairqueue_*`` settings are validated now when ``app`` is configured already, else on
+    first use: ``app.conf`` is not read here, so ``install`` may come before
+    ``config_from_object`` (Django's settings) without freezing Celery's defaults."""
+    if app.configured:
+        settings_for(app)
     install_publish_path(app)
     install_revoke(app)
     if FairConsumerStep not in app.steps["consumer"]:
@@ -94,12 +100,29 @@ def run_now(app: Celery, task_id: str) -> bool:
 
 def install_revoke(app: Celery) -> None:
     """Make ``app.control.revoke`` (and ``AsyncResult.revoke``) also take revoked fair jobs out
-    of the store at once, whatever workers run; Celery's broadcast still stops running ones."""
-    control = app.control
-    broadcast_revoke = control.revoke
-    if getattr(broadcast_revoke, "fairqueue", False):
+    of the store at once, whatever workers run; Celery's broadcast still stops running ones.
+
+    ``app.control`` reads ``app.conf`` when it is made, so an app whose control is not made yet
+    gets a subclass of its control class instead (see :func:`install_publish_path`)."""
+    made = app.__dict__.get("control")
+    if made is not None:
+        if not getattr(made.revoke, "fairqueue", False):
+            made.revoke = _revoking(app, made.revoke)
+        return
+    base = symbol_by_name(app.control_cls)
+    if getattr(base.revoke, "fairqueue", False):
         return
 
+    class FairControl(base):  # type: ignore[misc, valid-type]
+        def revoke(self, task_id: str | list[str], *args: Any, **kwargs: Any) -> Any:
+            return _revoking(app, super().revoke)(task_id, *args, **kwargs)
+
+        revoke.fairqueue = True  # type: ignore[attr-defined]
+
+    app.control_cls = FairControl
+
+
+def _revoking(app: Celery, broadcast: Any) -> Any:
     def revoke(task_id: str | list[str], *args: Any, **kwargs: Any) -> Any:
         for one in [task_id] if isinstance(task_id, str) else list(task_id):
             try:
@@ -107,7 +130,7 @@ def install_revoke(app: Celery) -> None:
             except StoreUnavailableError as exc:
                 logger.warning("fairqueue: revoked %s may still wait in the fair store: %s",
                                one, exc)
-        return broadcast_revoke(task_id, *args, **kwargs)
+        return broadcast(task_id, *args, **kwargs)
 
     revoke.fairqueue = True  # type: ignore[attr-defined]
-    control.revoke = revoke
+    return revoke

@@ -58,6 +58,8 @@ COUNTERS = {
     "replayed": "Dead letters sent again.",
     "acked": "Leased jobs settled by their worker.",
     "capped": "Claims that skipped an account at its concurrency cap.",
+    "cancelled": "Waiting jobs taken out of the store by a revoke or cancel().",
+    "expired": "Jobs dropped by the claim, past Celery's expires, without running.",
 }
 QUEUE_GAUGES = {
     "ready": ("fairqueue_ready_jobs", "Jobs waiting for a worker."),
@@ -126,15 +128,15 @@ class FairqueueCollector:
             "each queue waiting longest (fairqueue_metrics_top_accounts), with the reason it "
             "does not run.", labels=["queue", "account", "reason"])
         top = store_for(self.app).settings.metrics_top_accounts
+        workers = inspector.workers()
         for queue, since in inspector.queue_oldest_waiting().items():
             queue_age.add_metric([queue], max(now - since, 0.0) if since else 0.0)
             for account, waiting in inspector.oldest_accounts(queue, top) if since else []:
-                [state] = inspector.account_state(account, [queue])
+                [state] = inspector.account_state(account, [queue], workers=workers)
                 account_age.add_metric([queue, label(account), state.reason],
                                        max(now - waiting, 0.0))
         yield queue_age
         yield account_age
-        workers = inspector.workers()
         consumers = GaugeMetricFamily("fairqueue_queue_workers",
                                       "Live workers that consume the queue.", labels=["queue"])
         for queue in sorted(set(store_for(self.app).known_queues()) |

@@ -26,6 +26,8 @@ JOB_KEY_HEADER = "fairqueue_job_key"
 LEGACY_JOB_KEY_HEADER = "job_key"
 #: Header holding when a job first failed, kept across its retries for the dead letter.
 FIRST_FAILURE_HEADER = "fairqueue_first_failure"
+#: Header set on a job the claim dropped past its ``expires``: its request records it revoked.
+EXPIRED_HEADER = "fairqueue_expired"
 #: ``apply_async`` option carrying a job's business key as stored (a retry's, a replay's), used
 #: as it is; a user's ``job_key=`` option is scoped by task and account first.
 STORED_JOB_KEY_OPTION = "fairqueue_job_key"
@@ -136,6 +138,7 @@ class EventType:
     ACCOUNT_DEFERRED = "account_deferred"
     ACCOUNT_READY = "account_ready"
     CANCELLED = "cancelled"  # taken out of the store waiting (revoked, or cancel())
+    EXPIRED = "expired"  # dropped by the claim, past Celery's ``expires``
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     RETRYING = "retrying"

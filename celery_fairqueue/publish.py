@@ -44,11 +44,20 @@ PUBLISH_OPTIONS = frozenset({
 
 
 def install_publish_path(app: Celery) -> None:
-    """Wrap ``app.amqp.send_task_message`` so fair tasks' messages go to the fair store."""
+    """Wrap ``app.amqp.send_task_message`` so fair tasks' messages go to the fair store.
+
+    Celery's sender (a cached property) reads ``app.conf`` when it is made, so it is made at
+    the first send, not here: ``install`` must not freeze Celery's defaults before the app's
+    configuration (Django's settings) is loaded."""
     amqp = app.amqp
-    broker_send = amqp.send_task_message
-    if getattr(broker_send, "fairqueue", False):
+    made: list[Any] = [amqp.__dict__.get("send_task_message")]
+    if getattr(made[0], "fairqueue", False):
         return
+
+    def broker_send(producer: Any, name: str, message: Any, **options: Any) -> Any:
+        if made[0] is None:
+            made[0] = type(amqp).send_task_message.func(amqp)
+        return made[0](producer, name, message, **options)
 
     def send_task_message(producer: Any, name: str, message: Any, **options: Any) -> Any:
         task = app.tasks.get(name)
@@ -115,6 +124,7 @@ def publish_fair(app: Celery, task: FairTask, producer: Any, message: Any,
         queue=qname, account=account, job_id=delivery_of(headers),
         envelope=envelope, due=eta_timestamp(app, headers.get("eta")), job_key=job_key,
         dedupe=first, task=task.name, priority=_priority(properties.get("priority")),
+        expires=eta_timestamp(app, headers.get("expires")),
         replays=options.get("fairqueue_replays") or "",
         shown_args=json.dumps(
             redact_arguments((), task.named_arguments(args, kwargs), task.redact)["kwargs"],

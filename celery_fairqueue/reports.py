@@ -122,8 +122,9 @@ def accounts_text(app: Celery, queues: list[str] | None, account: str | None,
         return account_report(inspector.account_state(account, queues))
     page = inspector.accounts(queues, limit=limit)
     shown = sorted({r.queue for r in page.rows})
+    workers = inspector.workers()
     states = {(s.queue, s.account): s for a in dict.fromkeys(r.account for r in page.rows)
-              for s in inspector.account_state(a, shown)}
+              for s in inspector.account_state(a, shown, workers=workers)}
     return accounts_report(page, inspector.server_time(), states)
 
 

@@ -40,7 +40,7 @@ from .protocol import (
     normalize_id,
 )
 from .redaction import masked_reprs
-from .retry import RetryPolicy
+from .retry import PermanentError, RetryPolicy
 from .settings import settings_for
 from .store import FairStore, store_for
 
@@ -74,6 +74,9 @@ class ReliableTask(Task):
     job_key: JobKeySpec = None
     retry_policy: RetryPolicy = RetryPolicy()
     redact: Sequence[str] = ()
+    #: Celery's "expected" errors: logged by Celery at INFO without a traceback. A
+    #: PermanentError is the task's own verdict, and its dead letter is logged once, below.
+    throws: tuple[type[BaseException], ...] = (PermanentError,)
 
     @classmethod
     def on_bound(cls, app: Any) -> None:
@@ -332,8 +335,11 @@ class ReliableTask(Task):
                              headers=headers)
         reason = verdict.reason if not (verdict.retryable or gave_up) else (
             f"gave up after {attempts} attempts: {verdict.reason}")
-        logger.error("fairqueue: %s[%s] dead-lettered after %d attempt(s): %s", self.name,
-                     request.id, attempts, reason)
+        # the task's own PermanentError is a verdict, not a fault: a warning; anything else
+        # (a bug, an upstream that never recovered) an error, with Celery's traceback
+        logger.log(logging.WARNING if isinstance(exc, PermanentError) else logging.ERROR,
+                   "fairqueue: %s[%s] dead-lettered after %d attempt(s): %s", self.name,
+                   request.id, attempts, reason)
         self._emit(EventType.FAILED, job=job_id, error=_describe(exc), reason=reason)
         job_key = job_key_of(request)
         with self._store_or_give_back("keep its dead letter"):

@@ -73,7 +73,8 @@ class FinishedJob:
 def run_fair_jobs(app: Celery, queues: Sequence[str] | None = None,
                   limit: int = 1000) -> list[FinishedJob]:
     """Run the fair jobs of ``app`` that are ready now, one at a time, in this process, until
-    none is ready or ``limit`` ran; returns them in the order they ran."""
+    none is ready or ``limit`` ran; returns them in the order they ran. A job past its
+    ``expires`` is recorded ``REVOKED`` instead, as a worker records it."""
     store = store_for(app)
     names = list(queues or store.known_queues())
     token = f"inline/{os.getpid()}/{uuid.uuid4().hex[:12]}"
@@ -81,10 +82,20 @@ def run_fair_jobs(app: Celery, queues: Sequence[str] | None = None,
     finished: list[FinishedJob] = []
     while len(finished) < limit and names:
         claim = store.claim(names, 1, token, default_limit)
-        if not claim.jobs:
+        finished += [_expired(app, job) for job in claim.expired]
+        if claim.jobs:
+            finished.append(_run(app, store, token, claim.jobs[0]))
+        elif not claim.expired:
             break
-        finished.append(_run(app, store, token, claim.jobs[0]))
     return finished
+
+
+def _expired(app: Celery, job: ClaimedJob) -> FinishedJob:
+    envelope = read_envelope(job)
+    task_id = str(envelope.headers.get("id"))
+    app.backend.mark_as_revoked(task_id, "expired")
+    return FinishedJob(task_id, envelope.task_name or "", job.account, job.queue,
+                       states.REVOKED, None)
 
 
 def _run(app: Celery, store: FairStore, token: str, job: ClaimedJob) -> FinishedJob:

@@ -257,9 +257,11 @@ class ConsoleViews:
 
     # -- one account ---------------------------------------------------------------------------
 
-    def account_state(self, account: str, queues: list[str] | None = None) -> list[QueueState]:
+    def account_state(self, account: str, queues: list[str] | None = None, *,
+                      workers: Sequence[WorkerInfo] | None = None) -> list[QueueState]:
         """The account's live state in each queue (default: every known queue), with the reason
-        it does not run now in words and until when."""
+        it does not run now in words and until when. ``workers`` (from :meth:`workers`) saves
+        reading them again when asking about many accounts."""
         names = self.queues(queues)
         store, client, keys = self.store, self.store.client, self.store.keys
         encoded = encode_id(account)
@@ -284,7 +286,7 @@ class ConsoleViews:
         own = AccountLimit.from_json(own_limit) if own_limit else None
         default = store.settings.default_limit
         limit = own or (default if default != AccountLimit() else None)
-        consumers = self.consumers()
+        consumers = self.consumers(workers)
         states = []
         for n, queue in enumerate(names):
             nready, running, state, limit_wake, ndelayed, heads, first_delayed = \
@@ -333,7 +335,7 @@ class ConsoleViews:
             known = [float(s) for s in scores if s is not None]
             if known:
                 oldest = min(known) if oldest is None else min(oldest, *known)
-            complete = complete and len(heads) <= OLDEST_SCAN
+            complete = complete and len(heads) >= nready  # all read: none beyond the bound
         deferred = nready if state == "p" else 0
         reason, text, until = self._reason(
             now=now, waiting=nready + delayed_due, running=running, state=state,

@@ -13,7 +13,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -88,6 +88,7 @@ class EnqueueResult:
 class Claim:
     jobs: list[ClaimedJob]
     next_due: float | None  # seconds until a paused account or delayed job is due
+    expired: list[ClaimedJob] = field(default_factory=list)  # dropped, past Celery's expires
 
 
 @dataclass(frozen=True)
@@ -166,25 +167,29 @@ class FairStore(StoreControls):
     def _enqueue_args(self, *, queue: str, account: str, job_id: str, envelope: str,
                       due: float | None = None, job_key: str | None = None,
                       dedupe: bool = True, task: str = "", shown_args: str = "",
-                      replays: str = "", priority: int | None = None) -> list[Any]:
+                      replays: str = "", priority: int | None = None,
+                      expires: float | None = None) -> list[Any]:
         return [job_id, encode_id(account), encode_id(queue), envelope, due or 0,
                 encode_job_key(job_key), "1" if dedupe else "0",
                 self.settings.job_retention, task, shown_args, replays,
                 self.settings.max_pending_per_account, self.settings.max_pending,
-                min(max(int(priority or 0), 0), 9)]
+                min(max(int(priority or 0), 0), 9),
+                "" if expires is None else f"{expires:.6f}"]
 
     def enqueue(self, *, queue: str, account: str, job_id: str, envelope: str,
                 due: float | None = None, job_key: str | None = None,
                 dedupe: bool = True, task: str = "", shown_args: str = "",
-                replays: str = "", priority: int | None = None) -> EnqueueResult:
+                replays: str = "", priority: int | None = None,
+                expires: float | None = None) -> EnqueueResult:
         """Store a job; an existing delivery or pending/running/recently done key is reused.
         ``replays`` names the dead letter this job replays: it leaves the dead-letter queue in
         the same step, or :class:`DeadLetterNotFound` says someone else took it first.
-        ``priority`` (0-9, 0 first) orders the job among its account's own."""
+        ``priority`` (0-9, 0 first) orders the job among its account's own. Past ``expires``
+        (epoch seconds) the claim drops the job instead of running it."""
         args = self._enqueue_args(queue=queue, account=account, job_id=job_id,
                                   envelope=envelope, due=due, job_key=job_key, dedupe=dedupe,
                                   task=task, shown_args=shown_args, replays=replays,
-                                  priority=priority)
+                                  priority=priority, expires=expires)
         wanted = self.settings.wait_replicas
         if not wanted:
             return EnqueueResult.from_reply(self._run("enqueue", [self.keys.queue(queue)], args))
@@ -220,11 +225,14 @@ class FairStore(StoreControls):
             s.max_skips, s.max_deliveries, first % len(queues) + 1,
         ])
         next_due = float(flat[0])
-        jobs = [ClaimedJob(queue=queues[int(flat[n]) - 1], job_id=flat[n + 1],
-                           envelope=flat[n + 2], deliveries=int(flat[n + 3]),
-                           account=decode_id(flat[n + 4]))
-                for n in range(1, len(flat), 5)]
-        return Claim(jobs, next_due if next_due >= 0 else None)
+        claim = Claim([], next_due if next_due >= 0 else None)
+        for n in range(1, len(flat), 5):
+            index = int(flat[n])  # negated for an expired job the claim dropped
+            job = ClaimedJob(queue=queues[abs(index) - 1], job_id=flat[n + 1],
+                             envelope=flat[n + 2], deliveries=int(flat[n + 3]),
+                             account=decode_id(flat[n + 4]))
+            (claim.jobs if index > 0 else claim.expired).append(job)
+        return claim
 
     def ack(self, queue: str, account: str, job_id: str, token: str) -> bool:
         """The job ran (or handed over to its retry): release its lease and slot."""

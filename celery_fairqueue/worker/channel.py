@@ -9,6 +9,7 @@ from kombu.message import Message
 from kombu.serialization import loads
 
 from ..envelope import JSON_CONTENT_TYPE, Envelope, MalformedEnvelopeError
+from ..protocol import EXPIRED_HEADER
 from ..store import ClaimedJob
 
 if TYPE_CHECKING:
@@ -54,10 +55,14 @@ def read_envelope(job: ClaimedJob) -> Envelope:
     return envelope
 
 
-def job_message(job: ClaimedJob, envelope: Envelope, channel: Any) -> Message:
-    """The kombu message of a claimed job, as the broker would have delivered it."""
+def job_message(job: ClaimedJob, envelope: Envelope, channel: Any,
+                expired: bool = False) -> Message:
+    """The kombu message of a claimed job, as the broker would have delivered it; ``expired``
+    marks one the claim dropped past its ``expires``, for Celery to record as revoked."""
     headers = dict(envelope.headers)
     headers["eta"] = None  # the store already waited for it; Celery must not wait again
+    if expired:
+        headers[EXPIRED_HEADER] = True
     return Message(
         body=envelope.body, delivery_tag=job.job_id, content_type=envelope.content_type,
         content_encoding=envelope.content_encoding, headers=headers,

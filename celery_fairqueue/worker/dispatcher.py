@@ -38,6 +38,7 @@ class HeldJob:
     queue: str
     account: str
     job_id: str
+    expired: bool = False  # dropped by the claim already: settling it asks nothing of the store
 
 
 class FairDispatcher:
@@ -161,6 +162,8 @@ class FairDispatcher:
         self._rotation += 1
         for job in claim.jobs:
             self._dispatch(job)
+        for job in claim.expired:
+            self._revoke_expired(job)
         if claim.next_due is not None and claim.next_due < self.settings.poll_interval:
             self._claim_at(claim.next_due)
 
@@ -217,6 +220,24 @@ class FairDispatcher:
             if job.job_id in self.held:
                 self.settle(job.job_id, "requeue")
 
+    def _revoke_expired(self, job: ClaimedJob) -> None:
+        """Celery records a job the claim dropped past its ``expires`` as revoked, as it does a
+        message that arrives expired: it never runs, and took no slot or token."""
+        try:
+            envelope = read_envelope(job)
+        except Exception:
+            envelope = None
+        if envelope is None or envelope.task_name not in self.consumer.strategies:
+            logger.warning("fairqueue: job %s expired and was dropped", job.job_id)
+            return
+        self.held[job.job_id] = HeldJob(queue=job.queue, account=job.account,
+                                        job_id=job.job_id, expired=True)
+        try:
+            self.handler(job_message(job, envelope, self.channel, expired=True))
+        except Exception:
+            logger.exception("fairqueue: recording expired job %s failed", job.job_id)
+        self.held.pop(job.job_id, None)
+
     # -- settling ------------------------------------------------------------------------------
 
     def settle(self, job_id: str, outcome: str, reason: str | None = None) -> None:
@@ -226,6 +247,8 @@ class FairDispatcher:
         if held is None:
             logger.warning("fairqueue: %s of job %s that this worker does not hold", outcome,
                            job_id)
+            return
+        if held.expired:
             return
         try:
             if outcome == "ack":

@@ -16,11 +16,20 @@ from billiard.einfo import ExceptionWithTraceback
 from celery.worker.request import Request
 from celery.worker.state import task_ready
 
+from ..protocol import EXPIRED_HEADER
 from ..task import GiveBack
 from .channel import FairChannel
 
 
 class FairRequest(Request):
+    def revoked(self) -> bool:
+        """A job the store dropped past its ``expires`` is revoked as Celery revokes an expired
+        message (state, event, signal), by the store's clock, not this worker's."""
+        if self.message.headers.get(EXPIRED_HEADER) and not self._already_revoked:
+            self._announce_revoked("expired", terminated=False, signum=None, expired=True)
+            return True
+        return bool(super().revoked())
+
     def on_failure(self, exc_info: Any, send_failed_event: bool = True,
                    return_ok: bool = False) -> Any:
         exc = exc_info.exception

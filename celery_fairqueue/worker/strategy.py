@@ -15,6 +15,7 @@ from celery.worker.strategy import default
 from ..envelope import Envelope
 from ..errors import StoreUnavailableError
 from ..protocol import ACCOUNT_HEADER, JOB_KEY_HEADER, delivery_of
+from ..publish import eta_timestamp
 from ..store import store_for
 from ..task import FairTask
 from .channel import FairChannel
@@ -77,6 +78,7 @@ def adopt(app: Any, task: FairTask, message: Any) -> None:
     queue = message.delivery_info.get("routing_key") or app.conf.task_default_queue
     store.enqueue(queue=queue, account=account, job_id=job_id, envelope=envelope.to_json(),
                   job_key=job_key, task=task.name, priority=message.properties.get("priority"),
+                  expires=eta_timestamp(app, headers.get("expires")),
                   dedupe=not headers.get("retries") and not headers.get("replaced_task_nesting"))
     logger.info("fairqueue: moved %s[%s] from the broker into the fair store", task.name,
                 headers.get("id"))

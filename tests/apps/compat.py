@@ -47,3 +47,21 @@ def untyped(x):
 def replaced(self, x):
     """Replaces itself, as Celery's own canvas tests do: the replacement keeps this task's id."""
     raise self.replace(add.s(x, 1))
+
+
+@app.task
+def note(text):
+    """Leaves ``text`` in the ledger list ``ran``: what ran, in order."""
+    r.rpush("ran", text)
+    return text
+
+
+@app.task
+def total(numbers):
+    return sum(numbers)
+
+
+@app.task(bind=True)
+def replaced_total(self, numbers):
+    """A chord body that replaces itself."""
+    raise self.replace(total.s(numbers))

@@ -26,6 +26,7 @@ import celery_fairqueue
 from celery_fairqueue.contrib.django import queries
 from celery_fairqueue.contrib.django.models import Attempt, Job
 from celery_fairqueue.contrib.django.recorder import NO_OUTCOME, Recorder
+from celery_fairqueue.contrib.django.recording import EXPIRED
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.store import store_for
 from celery_fairqueue.store.keys import encode_id
@@ -181,6 +182,15 @@ def test_job_settled_without_an_outcome_is_failed(stream, recorder):
     job = Job.objects.get()
     assert (job.status, job.last_error) == (Status.FAILED, NO_OUTCOME)
     assert job.attempt_history.get().outcome == Outcome.FAILED
+
+
+def test_cancelled_and_expired_jobs_are_revoked_and_say_why(stream, recorder):
+    cancelled, expired = stream.enqueue(key="c1"), stream.enqueue(key="x1")
+    stream.send("cancelled", job=f"{cancelled}:0")
+    stream.send("expired", job=f"{expired}:0")
+    drain(recorder)
+    rows = {j.job_key: (j.status, j.last_error) for j in Job.objects.all()}
+    assert rows == {"c1": (Status.REVOKED, ""), "x1": (Status.REVOKED, EXPIRED)}
 
 
 def test_requeued_job_is_ready_again_and_its_attempt_says_why(stream, recorder):

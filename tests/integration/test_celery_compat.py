@@ -5,15 +5,17 @@ import importlib
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from celery import states
 
-from celery_fairqueue import DeadLetters, cancel
+from celery_fairqueue import DeadLetters, cancel, set_account_limit
 from celery_fairqueue.protocol import is_fair
 from celery_fairqueue.store import store_for
 from celery_fairqueue.testing import run_fair_jobs
 from tests.harness import REDIS_URL_ENV
+from tests.harness.processes import wait_until
 
 
 @pytest.fixture
@@ -76,6 +78,32 @@ def test_revoked_pending_job_leaves_the_store(compat):
     assert run_fair_jobs(compat.app) == []
 
 
+def test_expired_job_is_dropped_without_taking_a_slot_or_a_token(compat, celery_worker_factory,
+                                                                 redis_client):
+    # one token now, the next in a minute: had the expired job taken it, "fresh" would wait
+    set_account_limit(compat.app, "shared", rate="1/m", burst=1)
+    stale = compat.note.apply_async(("stale",), expires=0.2)
+    fresh = compat.note.delay("fresh")
+    store = store_for(compat.app)
+    time.sleep(0.5)  # past its expires by the store's clock (the same host's)
+    celery_worker_factory("tests.apps.compat", concurrency=2)
+    assert fresh.get(timeout=20) == "fresh"
+    assert wait_until(lambda: stale.state == states.REVOKED, timeout=10)
+    assert redis_client.lrange("ran", 0, -1) == ["fresh"]
+    assert store.stats()["expired"] == 1
+    assert store.counts("celery")["ready"] == 0
+
+
+def test_an_expired_job_is_recorded_revoked_by_the_inline_runner(compat):
+    stale = compat.note.apply_async(("stale",), expires=0.2)
+    compat.note.delay("fresh")
+    time.sleep(0.5)
+    ran = run_fair_jobs(compat.app)
+    assert [(job.task_id, job.state) for job in ran] == [(stale.id, states.REVOKED),
+                                                         (ran[1].task_id, states.SUCCESS)]
+    assert stale.state == states.REVOKED
+
+
 def test_fairqueue_scheduled_lists_what_waits_for_its_time(compat, redis_url):
     compat.add.apply_async((1, 2), countdown=300)
     out = subprocess.run(
@@ -92,6 +120,17 @@ def test_replace_in_a_chain_runs_the_replacement(compat, celery_worker_factory):
     celery_worker_factory("tests.apps.compat", concurrency=4)
     assert compat.replaced.delay(1).get(timeout=20) == 2
     assert chain(compat.replaced.s(1), compat.add.s(10)).delay().get(timeout=20) == 12
+
+
+def test_replace_in_a_group_and_a_chord_runs_the_replacements(compat, celery_worker_factory):
+    from celery import chord, group
+
+    celery_worker_factory("tests.apps.compat", concurrency=4)
+    assert group(compat.replaced.s(n) for n in range(3)).delay().get(timeout=20) == [1, 2, 3]
+    header = [compat.replaced.s(n) for n in range(3)]
+    assert chord(header)(compat.total.s()).get(timeout=20) == 6
+    assert chord([compat.add.s(1, 1), compat.add.s(2, 2)])(
+        compat.replaced_total.s()).get(timeout=20) == 6
 
 
 def test_priority_orders_jobs_within_an_account_and_accounts_still_rotate(fair, fair_store):

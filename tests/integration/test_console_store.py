@@ -345,3 +345,30 @@ def test_the_accounts_listing_shows_an_operator_pause_as_held(store):
     claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT)
     [row] = Inspector(store).accounts().rows
     assert (row.account, row.state, row.ready) == ("acme", "held", 1)
+
+
+def test_an_expired_job_dropped_at_claim_leaves_the_console_views(store):
+    inspector = Inspector(store)
+    put(store, "acme", 1, expires=store.server_time() + 0.2)
+    assert wait_until(lambda: store.server_time() > inspector.queue_oldest_waiting()["default"]
+                      + 0.2, timeout=10)
+    claim = store.claim(["default"], 1, TOKEN, NO_LIMIT)
+    assert [job.job_id for job in claim.expired] == ["acme-1:0"]
+    assert inspector.queue_oldest_waiting() == {"default": None}
+    assert inspector.live_jobs("acme") == []
+
+
+@pytest.mark.parametrize("queue", ["q é:*", "a|b {c}", "\udcff-q"])
+def test_hostile_queue_names_pause_and_resume_through_the_encoding(store, queue):
+    put(store, "acme", 1, queue=queue)
+    put(store, "acme", 2, queue="default")
+    store.pause(queue=queue, by="ops")
+    store.pause("acme", queue)
+    assert drain(store, (queue, "default")) == ["acme"]  # only the default queue's job
+    pauses = {p.scope: p for p in store.pauses()}
+    assert (pauses["queue"].queue, pauses["queue"].account) == (queue, None)
+    assert (pauses["account"].account, pauses["account"].queue) == ("acme", queue)
+    assert store.resume(queue=queue) is True
+    assert drain(store, (queue,)) == []  # the account's own pause there still holds it
+    assert store.resume("acme", queue) is True
+    assert drain(store, (queue,)) == ["acme"]

@@ -2,6 +2,7 @@
 
 import itertools
 import random
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -35,6 +36,26 @@ def test_permanent_failure_is_attempted_once_and_dead_lettered(rel, celery_worke
     assert "PermanentError" in letter.error and "fail_as_told" in letter.traceback
     assert letter.job_key == rel.send_message.business_key("acme", ("acme", 1), {})
     assert ledger.counts() == {}
+
+
+def test_a_permanent_error_is_logged_once_as_a_warning_and_a_fault_as_an_error(
+        rel, celery_worker_factory, redis_client, dlq):
+    redis_client.set("fail:11", "permanent")  # the task's own verdict
+    redis_client.set("fail:12", "http:404:5")  # a failure classified permanent
+    worker = celery_worker_factory(APP)
+    verdict, fault = rel.send_message.delay("acme", 11), rel.send_message.delay("acme", 12)
+    assert wait_until(lambda: dlq.count() == 2, timeout=20)
+    # Celery logs each failure after the dead letter: wait for both of its lines
+    assert wait_until(lambda: "raised expected" in worker.log_tail(100_000)
+                      and "Traceback" in worker.log_tail(100_000), timeout=10)
+    loud = [line for line in worker.log_tail(100_000).splitlines()
+            if re.search(r": (WARNING|ERROR|CRITICAL)/", line)]
+    [about_verdict] = [line for line in loud if verdict.id in line]
+    assert "WARNING" in about_verdict and "dead-lettered after 1 attempt(s): permanent" in (
+        about_verdict)
+    assert "PermanentError: lead 11 was deleted" not in worker.log_tail(100_000)  # no traceback
+    about_fault = [line for line in loud if fault.id in line]
+    assert about_fault and all("ERROR" in line for line in about_fault)
 
 
 @pytest.mark.parametrize("mode", ["retry:2", "http:503:2", "http:429:1"])

@@ -11,9 +11,10 @@ ACCOUNTS = 100_000
 #: What a pending job may cost in Redis: its envelope, indexes and its account's rotation entry
 #: (docs/guide.md reports about 770 B).
 MAX_BYTES_PER_JOB = 1024
-#: What stays in Redis when every job is done and its key's retention has passed.
+#: What stays in Redis when every job is done and its key's retention has passed (the registry
+#: of live workers while a worker runs).
 BOOKKEEPING = {"{fairqueue}:seq", "{fairqueue}:queues", "{fairqueue}:stats",
-               "{fairqueue}:instance"}
+               "{fairqueue}:instance", "{fairqueue}:workers", "{fairqueue}:workerinfo"}
 
 
 def test_many_accounts_cost_little_memory_and_leave_no_keys_behind(make_store, redis_client,

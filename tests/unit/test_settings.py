@@ -58,3 +58,11 @@ def test_the_guide_lists_every_setting_with_its_default():
     for spec in fields(FairqueueSettings):
         assert (f"| `fairqueue_{spec.name}` | `CELERY_FAIRQUEUE_{spec.name.upper()}` | "
                 f"`{spec.default!r}` |") in guide, spec.name
+
+
+def test_the_guide_lists_the_django_apps_own_settings():
+    from pathlib import Path
+
+    guide = (Path(__file__).parents[2] / "docs" / "guide.md").read_text()
+    assert "| `fairqueue_recorder` | `CELERY_FAIRQUEUE_RECORDER` | `False` |" in guide
+    assert "| - | `CELERY_FAIRQUEUE_APP` | `None` |" in guide

@@ -23,6 +23,7 @@ logger = logging.getLogger("celery_fairqueue.contrib.django.recorder")
 Status = Job.Status
 Outcome = Attempt.Outcome
 NO_OUTCOME = "settled without an outcome (revoked or rejected)"
+EXPIRED = "expired before it ran (Celery's expires): dropped from the fair store"
 FINAL = (Status.SUCCEEDED, Status.DEAD, Status.REVOKED)
 JOB_FIELDS = ["task_id", "delivery_id", "task", "queue", "account", "status", "attempts", "args",
               "enqueued_at", "next_run_at", "started_at", "finished_at", "last_error",
@@ -358,6 +359,13 @@ class Batch:
             return
         job.status, job.finished_at, job.next_run_at = Status.REVOKED, _time(event.at), None
         job.waiting_since = None
+
+    def on_expired(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None or job.status in FINAL:
+            return
+        job.status, job.finished_at, job.next_run_at = Status.REVOKED, _time(event.at), None
+        job.last_error = EXPIRED
 
     def on_acked(self, event: Event) -> None:
         job = self.job_for(event)

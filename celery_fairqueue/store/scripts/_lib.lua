@@ -41,9 +41,11 @@ local function queue_keys(i)
           name = string.match(KEYS[b + 1], ':q:([^:]+):ring$')}
 end
 
--- meta is "queue account seq job_key" (job_key "-" when the job has none)
+-- meta is "queue account seq job_key" (job_key "-" when the job has none), then " expires"
+-- (epoch seconds) for a job sent with Celery's ``expires``
 local function split_meta(meta)
-  return string.match(meta, '^(%S+) (%S+) (%S+) (%S+)$')
+  local queue, account, seq, job_key, expires = string.match(meta, '^(%S+) (%S+) (%S+) (%S+) ?(%S*)$')
+  return queue, account, seq, job_key, tonumber(expires)
 end
 
 local function hget_number(key, field)
@@ -107,10 +109,26 @@ local function take_delayed(qk, account, job_id)
 end
 
 -- The operator pause that holds the account in this queue (see keys.Keys.pauses), or false.
+-- While no pause exists at all (the usual case) one HLEN per script answers for every account.
+local any_pause = nil
 local function operator_paused(qk, account)
+  if any_pause == nil then
+    any_pause = redis.call('HLEN', K_PAUSES) > 0
+  end
+  if not any_pause then
+    return false
+  end
   local own, all = unpack(redis.call('HMGET', K_PAUSES, 'a:' .. account .. ':' .. qk.name,
                                      'a:' .. account .. ':*'))
   return own or all
+end
+
+-- Whether an operator paused the whole queue.
+local function queue_paused(qk)
+  if any_pause == nil then
+    any_pause = redis.call('HLEN', K_PAUSES) > 0
+  end
+  return any_pause and redis.call('HEXISTS', K_PAUSES, 'q:' .. qk.name) == 1
 end
 
 local function drop_lease(job_id)
@@ -131,21 +149,13 @@ local function release_lease(job_id, token, account)
   return true
 end
 
--- Forget a job for good; whatever of it the queue's keys still hold (when its queue's keys were
--- passed) goes with it, so no path can leave a stale waiting or delayed entry behind.
+-- Forget a job for good. Callers have taken it out of ready (and waiting), delayed and its
+-- lease already; the console's readers skip an entry whose job is gone, should one stay.
 local function forget_job(job_id)
   local meta = redis.call('HGET', K_META, job_id)
   if meta then
-    local queue, account = split_meta(meta)
+    local _, account = split_meta(meta)
     hincr_or_drop(K_PENDING, account, -1)
-    for i = 1, queue_count() do
-      local qk = queue_keys(i)
-      if qk.name == queue then
-        redis.call('ZREM', qk.waiting, job_id)
-        redis.call('HDEL', qk.started, job_id)
-        take_delayed(qk, account, job_id)
-      end
-    end
   end
   redis.call('HDEL', K_JOBS, job_id)
   redis.call('HDEL', K_META, job_id)

@@ -20,6 +20,7 @@ if not take_delayed(qk, account, job_id) and
   if redis.call('HINCRBY', qk.nready, account, -1) <= 0 then
     redis.call('HDEL', qk.nready, account)
   end
+  redis.call('ZREM', qk.waiting, job_id)
 end
 free_job_key(job_key, job_id)
 forget_job(job_id)

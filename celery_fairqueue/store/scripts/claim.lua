@@ -4,7 +4,10 @@
 --       [5] promotion batch, [6] most accounts skipped in one call, [7] most deliveries before
 --       a job is dead-lettered as poison, [8] index of the queue to start with (1-based).
 -- Returns a flat list: seconds until the next paused account or delayed job is due (-1: none),
--- then per job: queue index, job_id, envelope, deliveries, account.
+-- then per job: queue index, job_id, envelope, deliveries, account. A job whose Celery
+-- ``expires`` has passed is dropped from the store when it comes up, before any limit is asked
+-- (it takes no slot and no token), and listed the same way with its queue index negated, for
+-- the worker to record as revoked.
 -- Cost: O(log n) per job or skipped account (ring pops, hash fields, one lex range); no scans.
 local want, lease, token, default_limit = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local batch, max_skips, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -75,7 +78,38 @@ local function pause(qk, account, wake, waiting)
   emit('e', 'account_deferred', 'q', qk.name, 'a', account, 'at', now, 'due', wake)
 end
 
--- Try the account at the head of the rotation: returns job_id, envelope, deliveries or nil.
+-- The account's head job leaves ready; the account goes on in the rotation if it has more.
+local function take_head(qk, account, head, waiting)
+  redis.call('ZREM', qk.ready, head)
+  redis.call('ZREM', qk.waiting, string.match(head, '^[^|]*|[^|]*|(.*)$'))
+  if waiting > 1 then
+    redis.call('HSET', qk.nready, account, waiting - 1)
+    redis.call('RPUSH', qk.ring, account)
+  else
+    redis.call('HDEL', qk.nready, account)
+    redis.call('HDEL', qk.state, account)
+  end
+  return string.match(head, '^[^|]*|[^|]*|(.*)$')
+end
+
+-- The head job's ``expires`` has passed: out of the store; returns its job_id and envelope.
+local function drop_expired(qk, account, head, waiting)
+  local meta = redis.call('HGET', K_META, string.match(head, '^[^|]*|[^|]*|(.*)$'))
+  local _, _, _, job_key, expires = split_meta(meta or '')
+  if not expires or expires > now then
+    return nil
+  end
+  local job_id = take_head(qk, account, head, waiting)
+  local envelope = redis.call('HGET', K_JOBS, job_id) or ''
+  free_job_key(job_key, job_id)
+  forget_job(job_id)
+  redis.call('HINCRBY', K_STATS, 'expired', 1)
+  emit('e', 'expired', 'job', job_id, 'at', now)
+  return job_id, envelope
+end
+
+-- Try the account at the head of the rotation: returns job_id, envelope, deliveries or nil;
+-- or job_id, envelope, 'expired' for an expired job it dropped.
 local function claim_from(qk, account)
   local waiting = hget_number(qk.nready, account)
   local head = redis.call('ZRANGEBYLEX', qk.ready, '[' .. account .. '|', '(' .. account .. '}',
@@ -84,6 +118,10 @@ local function claim_from(qk, account)
     redis.call('HDEL', qk.nready, account)
     redis.call('HDEL', qk.state, account)
     return nil
+  end
+  local expired_id, expired_envelope = drop_expired(qk, account, head, waiting)
+  if expired_id then
+    return expired_id, expired_envelope, 'expired'
   end
   -- an operator's pause: out of the rotation, its jobs stay ready until resume.lua
   if operator_paused(qk, account) then
@@ -107,16 +145,7 @@ local function claim_from(qk, account)
     return nil
   end
 
-  redis.call('ZREM', qk.ready, head)
-  local job_id = string.match(head, '^[^|]*|[^|]*|(.*)$')
-  redis.call('ZREM', qk.waiting, job_id)
-  if waiting > 1 then
-    redis.call('HSET', qk.nready, account, waiting - 1)
-    redis.call('RPUSH', qk.ring, account)
-  else
-    redis.call('HDEL', qk.nready, account)
-    redis.call('HDEL', qk.state, account)
-  end
+  local job_id = take_head(qk, account, head, waiting)
   local deliveries = redis.call('HINCRBY', K_DELIVERIES, job_id, 1)
   local envelope = redis.call('HGET', K_JOBS, job_id)
   if not envelope then
@@ -141,7 +170,7 @@ local out, claimed, skips, live, empty = {-1}, 0, 0, nq, {}
 for i = 1, nq do
   queues[i] = queue_keys(i)
   promote(queues[i])
-  if redis.call('HEXISTS', K_PAUSES, 'q:' .. queues[i].name) == 1 then
+  if queue_paused(queues[i]) then
     empty[i] = true  -- paused by an operator: its jobs stay ready
     live = live - 1
   end
@@ -157,7 +186,14 @@ while claimed < want and live > 0 and skips <= max_skips do
       live = live - 1
     else
       local job_id, envelope, deliveries = claim_from(queues[i], account)
-      if job_id then
+      if deliveries == 'expired' then
+        skips = skips + 1  -- bounded like a skip; the worker records it, nothing runs
+        out[#out + 1] = -i
+        out[#out + 1] = job_id
+        out[#out + 1] = envelope
+        out[#out + 1] = 0
+        out[#out + 1] = account
+      elseif job_id then
         claimed = claimed + 1
         out[#out + 1] = i
         out[#out + 1] = job_id

@@ -9,7 +9,9 @@
 --       dead-letter queue with the store of its replay, in one step, [12] most pending jobs of
 --       one account (0: no bound), [13] most jobs in the store (0: no bound), [14] the job's
 --       priority, one digit, 0 first (Celery's priority as the Redis transport reads it): the
---       first digit of its place in the account's FIFO, so it orders jobs within the account.
+--       first digit of its place in the account's FIFO, so it orders jobs within the account,
+--       [15] when the job expires (epoch seconds, Celery's ``expires``) or "": the claim drops
+--       it then, without a slot or a token.
 -- Returns {status, job_id}: status 1 ready, 2 delayed, 0 already stored (job_id is the existing
 -- one), 3 the dead letter to replay is gone (replayed or purged already), 4 the account has
 -- [12] pending jobs, 5 the store holds [13] jobs; nothing is stored for 3, 4 and 5.
@@ -62,7 +64,8 @@ end
 
 local seq = ARGV[14] .. string.format('%015d', redis.call('INCR', K_SEQ))
 redis.call('HSET', K_JOBS, job_id, envelope)
-redis.call('HSET', K_META, job_id, queue .. ' ' .. account .. ' ' .. seq .. ' ' .. job_key)
+local expires = ARGV[15] ~= '' and (' ' .. ARGV[15]) or ''
+redis.call('HSET', K_META, job_id, queue .. ' ' .. account .. ' ' .. seq .. ' ' .. job_key .. expires)
 redis.call('HINCRBY', K_PENDING, account, 1)
 redis.call('SADD', K_QUEUES, queue)
 redis.call('HINCRBY', K_STATS, 'enqueued', 1)

@@ -1,0 +1,186 @@
+"""What a job costs Redis: plain Celery beside FairTask, on one Redis, one run.
+
+    .venv/bin/python -m bench.redis_cost [--quick] [--only cpu|pickup|enqueue|idle]
+
+Plain Celery runs in ``bench.plain_app`` (nothing of this package installed); FairTask in
+``bench.app`` with the package's default poll interval (0.1 s). Both kinds' workers run with
+the harness flags (no gossip, mingle or heartbeat).
+
+(1) Redis CPU per job: Redis's own ``used_cpu_user + used_cpu_sys`` around an enqueue loop and
+    around one worker (threads -c 4) draining it; no-op tasks with a business key. FairTask
+    without and with the recorder's event stream (the stream exists; nobody reads it). Prints
+    microseconds per job and the implied jobs/s per Redis core.
+(2) Idle pickup: one job at a time to an idle worker; p50/p99 from ``.delay()`` to the start.
+(3) Enqueue: ``.delay()`` calls/s from one thread.
+(4) Idle Redis commands/s with 4 and 16 idle workers (threads -c 4 each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import time
+
+from bench._common import percentile, ratio, redis_server, runs, workers
+
+os.environ["FQ_POLL_INTERVAL"] = "0.1"  # the package's default, for the workers and the app
+FLAGS = {"pool": "threads", "concurrency": 4}
+KINDS = ("plain", "fair", "fair+stream")
+
+
+def redis_cpu(client) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def app_of(kind: str):
+    """The bench app module of ``kind``: its tasks and its worker's ``-A``."""
+    if kind == "plain":
+        from bench import plain_app
+        return plain_app
+    from bench import app
+    return app
+
+
+def fresh(server, kind: str):
+    """A flushed Redis; for ``fair+stream`` with the event stream a recorder would create."""
+    from bench import app
+    from celery_fairqueue.store import EventReader, store_for
+
+    client = server.client()
+    client.flushall()
+    if kind == "fair+stream":
+        EventReader(store_for(app.app), "bench").ensure_group()
+    return client
+
+
+def cpu_phase(server, kind: str, jobs: int) -> tuple[float, float]:
+    """Redis CPU seconds per job: enqueuing ``jobs``, then one worker draining them."""
+    module = app_of(kind)
+    task = module.plain_keyed_noop if kind == "plain" else module.fair_keyed_noop
+    client = fresh(server, kind)
+    before = redis_cpu(client)
+    for n in range(jobs):
+        task.delay(f"acct{n % 10}", n)
+    enqueue = (redis_cpu(client) - before) / jobs
+    before = redis_cpu(client)
+    with workers(server, 1, app=module.__name__, **FLAGS):
+        deadline = time.monotonic() + 300
+        while int(client.get("done") or 0) < jobs:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{kind}: only {client.get('done')} of {jobs} done")
+            time.sleep(0.05)
+        drain = (redis_cpu(client) - before) / jobs
+    return enqueue, drain
+
+
+def report_cpu(server, quick: bool) -> bool:
+    jobs = 2000 if quick else 10000
+    results = {kind: cpu_phase(server, kind, jobs) for kind in KINDS}
+    print(f"\n(1) Redis CPU per job, {jobs} no-op jobs with a business key; drain by one worker, "
+          "threads -c 4")
+    print(f"    {'':12}{'enqueue':>10}{'drain':>10}{'total':>10}{'jobs/s per Redis core':>24}")
+    plain_total = sum(results["plain"])
+    for kind, (enqueue, drain) in results.items():
+        total = enqueue + drain
+        print(f"    {kind:12}{enqueue * 1e6:8.0f}us{drain * 1e6:8.0f}us{total * 1e6:8.0f}us"
+              f"{1 / total:24.0f}   fair/plain {ratio(total, plain_total):.2f}")
+    worst = ratio(sum(results["fair+stream"]), plain_total)
+    print(f"    acceptance: fair+stream/plain <= 1.0: {worst:.2f}")
+    return worst <= 1.0
+
+
+def pickup_phase(server, kind: str, samples: int) -> list[float]:
+    module = app_of(kind)
+    task = module.plain_job if kind == "plain" else module.fair_job
+    client = fresh(server, kind)
+    with workers(server, 1, app=module.__name__, **FLAGS):
+        time.sleep(1)
+        for n in range(samples):
+            time.sleep(random.uniform(0.05, 0.15))  # an idle worker, at a random phase
+            task.delay("acct", time.time(), 0.0)
+            deadline = time.monotonic() + 10
+            while client.llen("runs") <= n and time.monotonic() < deadline:
+                time.sleep(0.001)
+    return [started - enqueued for _, enqueued, started, _ in runs(client)]
+
+
+def report_pickup(server, quick: bool) -> bool:
+    samples = 50 if quick else 200
+    plain, fair = (pickup_phase(server, kind, samples) for kind in ("plain", "fair"))
+    print(f"\n(2) idle pickup, {samples} jobs one at a time: .delay() to task start")
+    for kind, waits in (("plain", plain), ("fair", fair)):
+        print(f"    {kind:6} p50 {percentile(waits, 50) * 1e3:6.1f} ms   p99 "
+              f"{percentile(waits, 99) * 1e3:6.1f} ms")
+    p50 = (percentile(fair, 50) - percentile(plain, 50)) * 1e3
+    p99 = (percentile(fair, 99) - percentile(plain, 99)) * 1e3
+    print(f"    fair - plain: p50 {p50:+.1f} ms (acceptance <= +2), p99 {p99:+.1f} ms "
+          "(acceptance <= +10)")
+    return p50 <= 2 and p99 <= 10
+
+
+def enqueue_phase(server, kind: str, calls: int) -> float:
+    module = app_of(kind)
+    task = module.plain_keyed_noop if kind == "plain" else module.fair_keyed_noop
+    fresh(server, kind)
+    started = time.perf_counter()
+    for n in range(calls):
+        task.delay(f"acct{n % 10}", n)
+    return calls / (time.perf_counter() - started)
+
+
+def report_enqueue(server, quick: bool) -> bool:
+    calls = 2000 if quick else 10000
+    rates = {kind: max(enqueue_phase(server, kind, calls) for _ in range(2)) for kind in KINDS}
+    print(f"\n(3) enqueue, {calls} .delay() calls from one thread (best of 2)")
+    for kind, rate in rates.items():
+        print(f"    {kind:12}{rate:8.0f} calls/s   fair/plain {ratio(rate, rates['plain']):.2f}")
+    worst = ratio(rates["fair+stream"], rates["plain"])
+    print(f"    acceptance: fair/plain >= 1.0: {worst:.2f}")
+    return worst >= 1.0
+
+
+def idle_phase(server, kind: str, count: int, seconds: float) -> float:
+    client = fresh(server, kind)
+    with workers(server, count, app=app_of(kind).__name__, **FLAGS):
+        time.sleep(3)  # past start-up
+        before = int(client.info("stats")["total_commands_processed"])
+        time.sleep(seconds)
+        return (int(client.info("stats")["total_commands_processed"]) - before - 2) / seconds
+
+
+def report_idle(server, quick: bool) -> bool:
+    seconds = 5.0 if quick else 10.0
+    print(f"\n(4) idle Redis commands/s over {seconds:.0f} s (threads -c 4 workers)")
+    ok = True
+    for count in (4, 16):
+        plain = idle_phase(server, "plain", count, seconds)
+        fair = idle_phase(server, "fair", count, seconds)
+        print(f"    {count:2} workers: plain {plain:7.1f}/s   fair {fair:7.1f}/s   fair/plain "
+              f"{ratio(fair, plain):.2f}")
+        ok &= count != 16 or fair <= plain
+    print("    acceptance: 16 idle fair workers <= plain's")
+    return ok
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller workloads")
+    parser.add_argument("--only", choices=["cpu", "pickup", "enqueue", "idle"])
+    options = parser.parse_args()
+    ok = True
+    with redis_server() as server:
+        if options.only in (None, "cpu"):
+            ok &= report_cpu(server, options.quick)
+        if options.only in (None, "pickup"):
+            ok &= report_pickup(server, options.quick)
+        if options.only in (None, "enqueue"):
+            ok &= report_enqueue(server, options.quick)
+        if options.only in (None, "idle"):
+            ok &= report_idle(server, options.quick)
+    print("\nall acceptance figures met" if ok else "\nSOME ACCEPTANCE FIGURES NOT MET")
+
+
+if __name__ == "__main__":
+    main()
