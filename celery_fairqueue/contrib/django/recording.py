@@ -365,7 +365,7 @@ class Batch:
         if job is None or job.status in FINAL:
             return
         job.status, job.finished_at, job.next_run_at = Status.REVOKED, _time(event.at), None
-        job.last_error = EXPIRED
+        job.last_error, job.waiting_since = EXPIRED, None
 
     def on_acked(self, event: Event) -> None:
         job = self.job_for(event)
