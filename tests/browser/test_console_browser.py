@@ -203,10 +203,11 @@ def test_everything_dead_lettered_shows_why_and_replays_from_the_detail_page(
         clipped = page.evaluate("""() => { const t = document.querySelector('#result_list');
             return t.scrollWidth > t.parentElement.clientWidth; }""")
         assert not clipped  # no column clipped at 1366 px
+        screenshot(page, "dead-letters")
         page.goto(live_server.url + reverse("admin:celery_fairqueue_job_changelist"))
         assert not page.evaluate("""() => { const t = document.querySelector('#result_list');
             return t.scrollWidth > t.parentElement.clientWidth; }""")
-        screenshot(page, "dead-letters")
+        screenshot(page, "jobs")
 
         page.goto(live_server.url + reverse("admin:celery_fairqueue_deadjob_change",
                                             args=[exhausted.pk]))
