@@ -41,11 +41,13 @@ class Options(dict[str, Any]):
 @dataclass(frozen=True)
 class FairqueueSettings:
     redis_url: str | None = _setting(
-        None, "Redis of the fair store; default: the broker URL when the broker is Redis.")
+        None, "Redis of the fair store (redis://, rediss://, unix://, sentinel://, or "
+        "redis+cluster:// for Redis Cluster); default: the broker URL when the broker is Redis.")
     redis_transport_options: Mapping[str, Any] = _setting(
         Options(), "Options of a sentinel:// fairqueue_redis_url, as in Celery's "
         "broker_transport_options: master_name (required), sentinel_kwargs (e.g. the sentinels' "
-        "password), min_other_sentinels, and the primary's username, password and ssl/ssl_*.")
+        "password), min_other_sentinels, and the primary's username, password and ssl/ssl_*; "
+        "of a redis+cluster:// one, the nodes' username, password and ssl/ssl_*.")
     wait_replicas: int = _setting(
         0, "Replicas that must have each enqueued job before .delay() returns (Redis WAIT, in "
         "producers for up to an eighth of fairqueue_enqueue_timeout; fewer raise "

@@ -11,19 +11,23 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import redis
 from kombu.utils.url import maybe_sanitize_url
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.client import Pipeline
 from redis.connection import parse_url
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from ..errors import ConfigurationError, StoreFullError, StoreUnavailableError
+
+if TYPE_CHECKING:
+    from .cluster import StoreClusterClient
 
 #: Error replies that mean "not now" rather than "never", in words for a person reading a
 #: worker's warning: a failover or a slow script is the cause, not the job. redis-py turns
@@ -76,7 +80,8 @@ def _masked(part: str) -> str:
     return masked[:-1] if masked.endswith("/") and not part.endswith("/") else masked
 
 
-def translate(exc: redis.RedisError, url: str, command: Any = None) -> StoreUnavailableError:
+def translate(exc: redis.RedisError | RedisClusterException, url: str,
+              command: Any = None) -> StoreUnavailableError:
     """The package's exception for one redis-py error."""
     where = f"fair store at {display_url(url)}"
     command = _operation.get() or command
@@ -103,8 +108,18 @@ class _Translating:
             return super().execute_command(*args, **options)  # type: ignore[misc]
         except redis.exceptions.NoScriptError:
             raise  # redis-py's Script catches this, loads the script and calls it again
-        except redis.RedisError as exc:
+        except (redis.RedisError, RedisClusterException) as exc:  # the latter: no cluster slots
             raise translate(exc, self.store_url, args[0] if args else None) from exc
+
+    def check_replicated(self, acked: int, wanted: int) -> None:
+        """After :meth:`run_and_wait`: fewer replicas than wanted confirmed the write, which a
+        failover now would lose, so the caller is told as for any failure of the store (the
+        write itself may stand: it is ambiguous)."""
+        if acked < wanted:
+            raise StoreUnavailableError(
+                f"fair store at {display_url(self.store_url)}: {acked} of {wanted} replicas "
+                f"confirmed the write in time (fairqueue_wait_replicas); it may be lost in a "
+                "failover")
 
 
 class StorePipeline(_Translating, Pipeline):
@@ -140,15 +155,24 @@ class StoreClient(_Translating, redis.Redis):
             break
         return reply, int(acked)
 
-    def check_replicated(self, acked: int, wanted: int) -> None:
-        """After :meth:`run_and_wait`: fewer replicas than wanted confirmed the write, which a
-        failover now would lose, so the caller is told as for any failure of the store (the
-        write itself may stand: it is ambiguous)."""
-        if acked < wanted:
-            raise StoreUnavailableError(
-                f"fair store at {display_url(self.store_url)}: {acked} of {wanted} replicas "
-                f"confirmed the write in time (fairqueue_wait_replicas); it may be lost in a "
-                "failover")
+    def run_scripts(self, script: Any, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]
+                    ) -> list[Any]:
+        """Run ``script`` once per (keys, args), in one round trip."""
+        pipe = self.pipeline(transaction=False)
+        for keys, args in calls:
+            script(keys=keys, args=args, client=pipe)
+        return pipe.execute()
+
+    # The store's own server, named by one of its keys: on a cluster, the primary holding
+    # the store's slot (see cluster.py); here, the one server.
+    def time_at(self, key: str) -> tuple[int, int]:
+        return self.time()
+
+    def ping_at(self, key: str) -> None:
+        self.ping()
+
+    def scan_at(self, key: str, match: str, count: int) -> Iterator[str]:
+        yield from self.scan_iter(match=match, count=count)
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> StorePipeline:
         pipe = StorePipeline(self.connection_pool, self.response_callbacks, transaction,
@@ -156,6 +180,9 @@ class StoreClient(_Translating, redis.Redis):
         pipe.store_url = self.store_url
         return pipe
 
+
+#: The store's client: one server (or a sentinel-managed primary), or a Redis Cluster.
+AnyClient: TypeAlias = "StoreClient | StoreClusterClient"
 
 #: ``fairqueue_redis_transport_options`` that configure Sentinel itself.
 SENTINEL_OPTIONS = ("master_name", "sentinel_kwargs", "min_other_sentinels")
@@ -224,7 +251,7 @@ def check_transport_options(options: Mapping[str, Any]) -> None:
 
 
 def make_client(url: str, socket_timeout: float = 10.0, retries: int = 6,
-                transport_options: Mapping[str, Any] | None = None) -> StoreClient:
+                transport_options: Mapping[str, Any] | None = None) -> AnyClient:
     """A store client that retries dropped connections and timeouts with backoff. Replies are
     decoded as UTF-8 with surrogate escapes, so one stored value that is not UTF-8 cannot make
     a whole reply (a claim of many jobs) undecodable.
@@ -233,7 +260,10 @@ def make_client(url: str, socket_timeout: float = 10.0, retries: int = 6,
     (``transport_options``: ``master_name``, optional ``sentinel_kwargs`` and
     ``min_other_sentinels``, and the primary's password and TLS). Each new connection asks the
     sentinels where the primary is; a connection that meets a demoted primary (READONLY) drops
-    itself, so the retry of that command, or the next command, reaches the new primary."""
+    itself, so the retry of that command, or the next command, reaches the new primary.
+
+    A ``redis+cluster://`` (``rediss+cluster://``) URL gives a Redis Cluster client (see
+    cluster.py); ``transport_options`` then hold the nodes' password and TLS options."""
     options: dict[str, Any] = dict(
         decode_responses=True,
         encoding_errors="surrogateescape",
@@ -243,9 +273,12 @@ def make_client(url: str, socket_timeout: float = 10.0, retries: int = 6,
         retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), retries),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
-    client: StoreClient
+    client: AnyClient
     if is_sentinel_url(url):
         client = _sentinel_client(url, dict(transport_options or {}), options)
+    elif url.startswith(("redis+cluster://", "rediss+cluster://")):
+        from .cluster import cluster_client  # cluster.py builds on this module
+        client = cluster_client(url, transport_options or {}, options, retries)
     else:
         client = StoreClient.from_url(url, **options)  # type: ignore[assignment]
     client.store_url = url

@@ -170,12 +170,11 @@ class ConsoleViews:
         """Live workers (registered and not expired), by name."""
         client = self.store.client
         keys = self.store.keys
+        now = self.server_time()
         pipe = client.pipeline(transaction=False)
-        pipe.time()
         pipe.zrange(keys.workers, 0, -1, withscores=True)
         pipe.hgetall(keys.worker_info)
-        (seconds, micros), registered, infos = pipe.execute()
-        now = seconds + micros / 1e6
+        registered, infos = pipe.execute()
         found = []
         for worker_id, expires in registered:
             raw = infos.get(worker_id)
@@ -202,24 +201,24 @@ class ConsoleViews:
     def queue_oldest_waiting(self, queues: list[str] | None = None) -> dict[str, float | None]:
         """Per queue, since when its oldest waiting job waits (server time); None: none waits."""
         names = self.queues(queues)
+        if not names:
+            return {}
         client = self.store.client
+        now = self.server_time()
         pipe = client.pipeline(transaction=False)
-        pipe.time()
         for queue in names:
             qk = self.store.keys.queue(queue)
             pipe.zrange(qk.waiting, 0, HEAD_CHECK - 1, withscores=True)
             pipe.zrange(qk.delayed, 0, 0, withscores=True)
-        replies = pipe.execute()
-        seconds, micros = replies[0]
-        now = seconds + micros / 1e6
-        heads = [replies[1 + 2 * n] for n in range(len(names))]
+        replies: list[Any] = pipe.execute()
+        heads, firsts_delayed = replies[0::2], replies[1::2]
         pipe = client.pipeline(transaction=False)
         for waiting in heads:
             pipe.hmget(self.store.keys.meta, [job_id for job_id, _ in waiting] or ["-"])
         stored = pipe.execute()
         oldest: dict[str, float | None] = {}
         for n, queue in enumerate(names):
-            waiting, delayed = heads[n], replies[2 + 2 * n]
+            waiting, delayed = heads[n], firsts_delayed[n]
             # an entry whose job is gone (a path that forgot it) must not age forever
             live = [float(score) for (_, score), meta in zip(waiting, stored[n], strict=False)
                     if meta]
@@ -237,12 +236,11 @@ class ConsoleViews:
             return []
         client = self.store.client
         qk = self.store.keys.queue(queue)
+        now = self.server_time()
         pipe = client.pipeline(transaction=False)
-        pipe.time()
         pipe.zrange(qk.waiting, 0, scan - 1, withscores=True)
         pipe.zrange(qk.delayed, 0, scan - 1, withscores=True)
-        (seconds, micros), waiting, delayed = pipe.execute()
-        now = seconds + micros / 1e6
+        waiting, delayed = pipe.execute()
         jobs = sorted([(float(s), j) for j, s in waiting] +
                       [(float(s), j) for j, s in delayed if float(s) <= now])[:scan]
         metas = client.hmget(self.store.keys.meta, [j for _, j in jobs]) if jobs else []
@@ -265,8 +263,8 @@ class ConsoleViews:
         names = self.queues(queues)
         store, client, keys = self.store, self.store.client, self.store.keys
         encoded = encode_id(account)
+        now = self.server_time()  # the store's own node's clock (time_at), also on a cluster
         pipe = client.pipeline(transaction=False)
-        pipe.time()
         pipe.hget(keys.limit_config, encoded)
         pipe.hget(keys.buckets, encoded)
         pipe.hmget(keys.pauses, [f for q in names for f in (
@@ -280,9 +278,8 @@ class ConsoleViews:
             pipe.hget(qk.ndelayed, encoded)
             pipe.zrangebylex(qk.ready, f"[{encoded}|", f"({encoded}}}", 0, OLDEST_SCAN)
             pipe.zrange(qk.delayed, 0, 0, withscores=True)
-        replies = pipe.execute()
-        (seconds, micros), own_limit, bucket, pauses = replies[:4]
-        now = seconds + micros / 1e6
+        replies = [None, *pipe.execute()]
+        _, own_limit, bucket, pauses = replies[:4]
         own = AccountLimit.from_json(own_limit) if own_limit else None
         default = store.settings.default_limit
         limit = own or (default if default != AccountLimit() else None)

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..protocol import delivery_id
 from ..settings import FairqueueSettings
-from .client import StoreClient, operation
+from .client import AnyClient
 from .keys import Keys, QueueKeys, decode_id, encode_id
 
 #: Retries of one task whose deliveries cancel and run_now look through.
@@ -92,16 +92,12 @@ class WorkerRegistration:
 class StoreControls:
     """Pause, resume, run now and the worker registry; FairStore provides the attributes."""
 
-    client: StoreClient
+    client: AnyClient
     keys: Keys
     settings: FairqueueSettings
 
     def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any]) -> Any:
         raise NotImplementedError  # FairStore._run
-
-    def _queue_call(self, pipe: Any, name: str, queues: Sequence[QueueKeys],
-                    args: Sequence[Any]) -> None:
-        raise NotImplementedError  # FairStore._queue_call
 
     def known_queues(self) -> list[str]:
         raise NotImplementedError  # FairStore.known_queues
@@ -163,18 +159,6 @@ class StoreControls:
                 break
         return sorted(found, key=lambda p: (p.at, p.queue or "", p.account or ""))
 
-    def pauses_of(self, account: str, queue: str) -> tuple[OperatorPause | None,
-                                                          OperatorPause | None]:
-        """The pauses that hold ``account`` in ``queue``: (the queue's, the account's own in
-        this queue or in every queue), None where there is none."""
-        fields = [pause_field(None, queue), pause_field(account, queue),
-                  pause_field(account, None)]
-        raws = self.client.hmget(self.keys.pauses, fields)
-        queue_pause = parse_pause(fields[0], _text(raws[0])) if raws[0] else None
-        own = next((parse_pause(f, _text(r)) for f, r in zip(fields[1:], raws[1:], strict=True)
-                    if r), None)
-        return queue_pause, own
-
     # -- worker registry -----------------------------------------------------------------------
 
     def registry_ttl(self) -> float:
@@ -193,13 +177,6 @@ class StoreControls:
                   job_ids: Sequence[str]) -> list[str]:
         """One round trip: extend the leases of ``job_ids`` this worker owns and renew its
         registration; returns the ids whose lease it lost."""
-        pipe = self.client.pipeline(transaction=False)
-        ids = list(job_ids)
-        if ids:
-            self._queue_call(pipe, "extend", [],
-                             [worker_id, self.settings.lease_seconds, *ids])
-        self._queue_call(pipe, "register_worker", [],
-                         [worker_id, registration.to_json(), self.registry_ttl()])
-        with operation("heartbeat"):
-            replies = pipe.execute()
-        return list(replies[0]) if ids else []
+        return list(self._run("heartbeat", [], [worker_id, self.settings.lease_seconds,
+                                                 registration.to_json(), self.registry_ttl(),
+                                                 *job_ids]))

@@ -23,13 +23,13 @@ from ..errors import BacklogFullError, DeadLetterNotFound
 from ..limits import AccountLimit
 from ..protocol import event_fields, task_id_of
 from ..settings import FairqueueSettings, settings_for
-from .client import StoreClient, make_client, operation
+from .client import AnyClient, make_client, operation
 from .controls import StoreControls
 from .keys import Keys, QueueKeys, decode_id, encode_id, encode_job_key
 
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "extend", "reap", "trim_done",
                 "wake", "bury", "emit", "take_dead", "restore_dead", "purge_dead", "give_back",
-                "cancel", "pause", "resume", "run_now", "register_worker")
+                "cancel", "pause", "resume", "run_now", "register_worker", "heartbeat")
 EVENTS_CHECK_SECONDS = 5.0
 
 
@@ -104,7 +104,7 @@ class FairStore(StoreControls):
     """Enqueue, claim, settle, extend and reap fair jobs in one Redis; pause, resume, run now
     and the worker registry come from :class:`StoreControls`."""
 
-    def __init__(self, client: StoreClient, keys: Keys, settings: FairqueueSettings) -> None:
+    def __init__(self, client: AnyClient, keys: Keys, settings: FairqueueSettings) -> None:
         self.client = client
         self.keys = keys
         self.settings = settings
@@ -141,25 +141,21 @@ class FairStore(StoreControls):
             return self._scripts[name](keys=self._keys_for(queues),
                                        args=[wire(a) for a in args])
 
-    def _queue_call(self, pipe: Any, name: str, queues: Sequence[QueueKeys],
-                    args: Sequence[Any]) -> None:
-        """Add a call of script ``name`` to ``pipe`` (its reply comes with the pipe's)."""
-        self._scripts[name](keys=self._keys_for(queues), args=[wire(a) for a in args],
-                            client=pipe)
-
     def _run_many(self, name: str, calls: Iterable[tuple[Sequence[QueueKeys], Sequence[Any]]],
                   chunk: int) -> list[Any]:
         """:meth:`_run` for each call, ``chunk`` calls a round trip. A resent chunk (after a
         dropped connection) is harmless: every script is idempotent per job id and token."""
         script = self._scripts[name]
         results: list[Any] = []
-        pipe = self.client.pipeline(transaction=False)
+        batch: list[tuple[list[str], list[Any]]] = []
         with operation(name):
-            for n, (queues, args) in enumerate(calls, 1):
-                script(keys=self._keys_for(queues), args=[wire(a) for a in args], client=pipe)
-                if n % chunk == 0:
-                    results.extend(pipe.execute())
-            results.extend(pipe.execute())
+            for queues, args in calls:
+                batch.append((self._keys_for(queues), [wire(a) for a in args]))
+                if len(batch) == chunk:
+                    results.extend(self.client.run_scripts(script, batch))
+                    batch = []
+            if batch:
+                results.extend(self.client.run_scripts(script, batch))
         return results
 
     # -- producer side -------------------------------------------------------------------------
@@ -377,12 +373,12 @@ class FairStore(StoreControls):
         """Delete every key of this store (those under its prefix), for test suites and for
         decommissioning a store; returns how many were deleted."""
         pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self.keys.tag) + ":*"
-        keys = list(self.client.scan_iter(match=pattern, count=1000))
+        keys = list(self.client.scan_at(self.keys.jobs, match=pattern, count=1000))
         return sum(int(self.client.delete(*keys[n:n + 500])) for n in range(0, len(keys), 500))
 
     def ping(self) -> None:
         """Raise StoreUnavailableError unless Redis answers."""
-        self.client.ping()
+        self.client.ping_at(self.keys.jobs)
 
     def instance(self) -> str:
         """The store's instance id, created on first use; a new one means the data was lost."""
@@ -390,7 +386,7 @@ class FairStore(StoreControls):
         return str(self.client.get(self.keys.instance))
 
     def server_time(self) -> float:
-        seconds, micros = self.client.time()
+        seconds, micros = self.client.time_at(self.keys.jobs)
         return seconds + micros / 1e6
 
     def counts(self, queue: str) -> dict[str, int]:

@@ -11,8 +11,9 @@ APP = "tests.apps.fair"
 def test_paused_account_keeps_its_jobs_ready_and_others_run(fair, celery_worker_factory,
                                                             ledger, fair_store):
     celery_fairqueue.pause(fair.app, "paused", by="alice", reason="invoice dispute")
+    held = []
     for n in range(4):
-        fair.job.delay("paused", n)
+        held.append(f"{fair.job.delay('paused', n).id}:0")
         fair.job.delay("other", n)
     celery_worker_factory(APP, concurrency=2)
     assert ledger.wait_for(4) == {f"other:{n}": 1 for n in range(4)}
@@ -22,7 +23,8 @@ def test_paused_account_keeps_its_jobs_ready_and_others_run(fair, celery_worker_
         "paused", 4, 0, "alice")
     assert state.reason_text.startswith("paused by alice at ")
     assert fair_store.stats().get("deferred", 0) == 0  # held, not deferred
-    assert fair_store.client.hlen(fair_store.keys.deliveries) == 0  # no attempt charged
+    # no attempt charged: never handed out
+    assert fair_store.client.hmget(fair_store.keys.deliveries, held) == [None] * 4
     assert len(ledger) == 4  # none of the paused account's jobs ran
 
 

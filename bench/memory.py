@@ -1,0 +1,129 @@
+"""Redis memory per fair job, measured: pending, finished (done), and dead-lettered.
+
+``python -m bench.memory [--jobs 10000]`` starts two throwaway redis-servers (the fair store
+alone on one, broker and ledger on the other, so the store's ``used_memory`` counts the store
+only), enqueues ``--jobs`` real ``.delay()`` calls of a task with a business key and a
+realistic payload (an outreach e-mail step: subject, a 400-character body, a few fields), and
+reads the store's ``used_memory`` before and after. Real workers then run them all (what is left
+per job is its done marker and business key, kept for ``fairqueue_job_retention``; the store's
+Redis CPU time from enqueue to done is read too), and as many jobs of a task that raises
+``PermanentError`` become dead letters. No recorder runs, so
+there is no event stream (it is trimmed as the recorder writes, and small while it keeps up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery import Celery
+
+import celery_fairqueue
+from celery_fairqueue import FairTask, PermanentError
+from tests.harness import REDIS_URL_ENV, RedisServer, WorkerProcess, wait_until
+
+STORE_URL_ENV = "FQ_BENCH_STORE_URL"
+ROOT = Path(__file__).resolve().parent.parent
+KEY = ("account_id", "lead_id", "step", "campaign_rev")
+
+app = Celery("memory", broker=os.environ.get(REDIS_URL_ENV, "redis://127.0.0.1:1/0"))
+app.conf.update(
+    task_serializer="json", accept_content=["json"], task_ignore_result=True,
+    broker_connection_retry_on_startup=True, worker_hijack_root_logger=False,
+    fairqueue_redis_url=os.environ.get(STORE_URL_ENV, "redis://127.0.0.1:1/0"),
+    fairqueue_poll_interval=0.05,
+)
+celery_fairqueue.install(app)
+
+
+@app.task(base=FairTask, account_arg="account_id", job_key=KEY)
+def send_step(account_id: str, lead_id: int, step: str, campaign_rev: int,
+              message: dict[str, Any]) -> None:
+    """The side effect would be an API call; here the work is nothing."""
+
+
+@app.task(base=FairTask, account_arg="account_id", job_key=KEY)
+def send_step_fails(account_id: str, lead_id: int, step: str, campaign_rev: int,
+                    message: dict[str, Any]) -> None:
+    raise PermanentError("lead deleted")
+
+
+def message(n: int) -> dict[str, Any]:
+    return {"to": f"lead{n}@example.com", "from": "sales@example.org",
+            "subject": f"Following up on our call, lead {n}",
+            "body": ("Hello, thank you for your time yesterday. " * 10)[:400],
+            "template": "follow-up-2", "locale": "en-GB"}
+
+
+def used(client: redis.Redis) -> int:
+    return int(client.info("memory")["used_memory"])
+
+
+def cpu(client: redis.Redis) -> float:
+    """CPU seconds the store's redis-server has used (user and system, main thread included)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def enqueue(task: Any, jobs: int, accounts: int, step: str) -> None:
+    for n in range(jobs):
+        task.delay(f"account-{n % accounts}", n, step, 3, message(n))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--accounts", type=int, default=200)
+    options = parser.parse_args()
+    jobs = options.jobs
+    with tempfile.TemporaryDirectory(prefix="fq-bench-memory-") as folder:
+        store_server = RedisServer(Path(folder) / "store").start()
+        broker = RedisServer(Path(folder) / "broker").start()
+        os.environ[REDIS_URL_ENV], os.environ[STORE_URL_ENV] = broker.url, store_server.url
+        bench: Any = importlib.import_module("bench.memory")  # this module, set up for them
+        store = store_server.client()
+        workers = []
+        try:
+            empty, cpu_before = used(store), cpu(store)
+            enqueue(bench.send_step, jobs, options.accounts, "intro")
+            pending = used(store)
+            sizes = [len(v) for v in store.hvals("{fairqueue}:jobs")]
+            print(f"pending: {(pending - empty) / jobs:.0f} B of Redis memory per job "
+                  f"({jobs} real .delay() jobs over {options.accounts} accounts; the stored "
+                  f"Celery message {sum(sizes) / len(sizes):.0f} B of it)")
+            for n in range(2):
+                workers.append(WorkerProcess(
+                    "bench.memory", redis_url=broker.url, cwd=ROOT, concurrency=8,
+                    log_path=Path(folder) / f"worker{n}.log", hostname=f"mem{n}@localhost",
+                    env={STORE_URL_ENV: store_server.url}).start(60))
+            started = time.monotonic()
+            assert wait_until(lambda: store.hlen("{fairqueue}:jobs") == 0, 600), "jobs left"
+            ran = time.monotonic() - started
+            done, cpu_used = used(store), cpu(store) - cpu_before
+            print(f"done: {(done - empty) / jobs:.0f} B per finished job (its done marker and "
+                  f"business key, kept for fairqueue_job_retention; {jobs} jobs ran in "
+                  f"{ran:.1f} s on 2 workers)")
+            print(f"redis cpu: {cpu_used / jobs * 1e6:.0f} us of the store's Redis CPU per job, "
+                  f"enqueue to done marker (one Redis core: about {jobs / cpu_used:.0f} jobs/s)")
+            enqueue(bench.send_step_fails, jobs, options.accounts, "dead")
+            assert wait_until(lambda: store.zcard("{fairqueue}:deadindex") >= jobs, 600)
+            assert wait_until(lambda: store.hlen("{fairqueue}:jobs") == 0, 60)
+            dead = used(store)
+            print(f"dead letter: {(dead - done) / jobs:.0f} B per dead-lettered job (the "
+                  "letter with its message, reason and error, and its business key)")
+        finally:
+            for worker in workers:
+                worker.stop()
+            store.close()
+            store_server.stop()
+            broker.stop()
+
+
+if __name__ == "__main__":
+    main()
