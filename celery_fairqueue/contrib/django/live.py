@@ -6,7 +6,6 @@ so the database-backed rest of the page still renders.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from celery import Celery
@@ -37,18 +36,6 @@ class StoreLive:
     error: str | None = None
 
 
-class PageInspector(StoreInspector):
-    """A StoreInspector for one page: the worker registry is read once, not once per account
-    whose state the page shows (each account's state asks which queues have a worker)."""
-
-    _consumers: dict[str, int] | None = None
-
-    def consumers(self, workers: Sequence[WorkerInfo] | None = None) -> dict[str, int]:
-        if self._consumers is None or workers is not None:
-            self._consumers = super().consumers(workers)
-        return self._consumers
-
-
 def account_live(app: Celery, account: str, jobs: int = 50) -> AccountLive:
     """Per queue state of ``account`` with its reason, and its jobs in the store."""
     try:
@@ -63,16 +50,16 @@ def store_live(app: Celery, accounts: list[str]) -> StoreLive:
     """States of ``accounts``, per-queue totals with their oldest waiting age, live workers."""
     live = StoreLive()
     try:
-        inspector = PageInspector(app)
+        inspector = StoreInspector(app)
         live.server_time = inspector.server_time()
         names = inspector.queues()
         live.queues = inspector.status(names, paused_limit=1).queues
         live.oldest = inspector.queue_oldest_waiting(names)
         live.workers = inspector.workers()
-        inspector.consumers(live.workers)
         for account in accounts:
-            try:  # every state in the same queues: one round trip per account
-                live.states[account] = inspector.account_state(account, names) if names else []
+            try:  # the queues and workers read once for the page, not once per account
+                live.states[account] = inspector.account_state(
+                    account, names, workers=live.workers) if names else []
             except ValueError:  # an id longer than the store holds: never in Redis
                 live.states[account] = []
     except FairqueueError as exc:
