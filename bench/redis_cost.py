@@ -3,8 +3,8 @@
     .venv/bin/python -m bench.redis_cost [--quick] [--only cpu|pickup|enqueue|idle]
 
 Plain Celery runs in ``bench.plain_app`` (nothing of this package installed); FairTask in
-``bench.app`` with the package's default poll interval (0.1 s). Both kinds' workers run with
-the harness flags (no gossip, mingle or heartbeat).
+``bench.app`` with the package's default poll interval (5 s: a fallback, the store wakes idle
+workers). Both kinds' workers run with the harness flags (no gossip, mingle or heartbeat).
 
 (1) Redis CPU per job: Redis's own ``used_cpu_user + used_cpu_sys`` around an enqueue loop and
     around one worker (threads -c 4) draining it; no-op tasks with a business key. FairTask
@@ -24,7 +24,7 @@ import time
 
 from bench._common import percentile, ratio, redis_server, runs, workers
 
-os.environ["FQ_POLL_INTERVAL"] = "0.1"  # the package's default, for the workers and the app
+os.environ["FQ_POLL_INTERVAL"] = "5.0"  # the package's default, for the workers and the app
 FLAGS = {"pool": "threads", "concurrency": 4}
 KINDS = ("plain", "fair", "fair+stream")
 

@@ -59,7 +59,8 @@ class FairqueueSettings:
         10.0, "How often a worker extends the leases of the jobs it runs.")
     reap_interval: float = _setting(5.0, "How often a worker returns expired leases to ready.")
     poll_interval: float = _setting(
-        0.1, "How often an idle worker with free slots asks the store for work.")
+        5.0, "How often an idle worker asks the store for work anyway: the store wakes idle "
+        "workers the moment work appears (Redis pub/sub), so this is the fallback.")
     claim_batch: int = _setting(64, "Most jobs one claim call leases.")
     promote_batch: int = _setting(
         200, "Most due delayed jobs, and paused accounts, one claim call makes ready.")

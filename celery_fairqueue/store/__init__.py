@@ -21,6 +21,7 @@ from .views import (
     StoreInspector,
     StoreStatus,
 )
+from .wakeups import WakeSubscription
 
 __all__ = [
     "REASONS",
@@ -46,6 +47,7 @@ __all__ = [
     "ScheduledJob",
     "StoreInspector",
     "StoreStatus",
+    "WakeSubscription",
     "WorkerInfo",
     "WorkerRegistration",
     "display_url",

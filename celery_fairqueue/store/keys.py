@@ -45,6 +45,11 @@ class QueueKeys:
     def as_list(self) -> list[str]:
         return [getattr(self, name) for name in QUEUE_KEY_NAMES]
 
+    @property
+    def wake(self) -> str:
+        """Pub/sub channel on which the scripts wake the queue's idle workers (not a key)."""
+        return self.ring.removesuffix("ring") + "wake"
+
 
 class Keys:
     """All key names under one prefix, e.g. ``{fairqueue}:jobs``."""

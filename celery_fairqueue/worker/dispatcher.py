@@ -24,6 +24,7 @@ from ..settings import settings_for
 from ..store import ClaimedJob, FairStore, WorkerRegistration, display_url
 from .channel import FairChannel, job_message, read_envelope
 from .outage import Outage
+from .wakeups import Wakeups
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class FairDispatcher:
         self._due_at = 0.0
         self._stopping = threading.Event()
         self._maintainer: threading.Thread | None = None
+        self._wakeups: Wakeups | None = None
         self._instance: str | None = None  # see _check_instance
         self._default_limit = ""
         self._claims = Outage("claiming")
@@ -89,6 +91,9 @@ class FairDispatcher:
             self._maintainer = threading.Thread(
                 target=self._maintain, name="fairqueue-maintenance", daemon=True)
             self._maintainer.start()
+        if self._wakeups is None:
+            self._wakeups = Wakeups(self.store, self.queues, self.wake)
+            self._wakeups.start()
         logger.info("fairqueue: claiming fair jobs from queues %s of %s as %s",
                     ", ".join(self.queues), display_url(self.settings.redis_url or ""),
                     self.token)
@@ -111,6 +116,8 @@ class FairDispatcher:
         for job_id in list(self.held):
             self.settle(job_id, "requeue")
         self._stopping.set()
+        if self._wakeups is not None:
+            self._wakeups.stop()
         if self._maintainer is not None:
             self._maintainer.join(timeout=5)
         with contextlib.suppress(FairqueueError, OSError):  # else it expires
@@ -164,7 +171,7 @@ class FairDispatcher:
             self._dispatch(job)
         for job in claim.expired:
             self._revoke_expired(job)
-        if claim.next_due is not None and claim.next_due < self.settings.poll_interval:
+        if claim.next_due is not None:
             self._claim_at(claim.next_due)
 
     def _claim_at(self, delay: float) -> None:

@@ -14,7 +14,9 @@ def fair_test_conf() -> dict:
         "fairqueue_lease_seconds": float(os.environ.get("FQ_LEASE_SECONDS", "6")),
         "fairqueue_heartbeat_interval": float(os.environ.get("FQ_HEARTBEAT_SECONDS", "1")),
         "fairqueue_reap_interval": 0.5,
-        "fairqueue_poll_interval": 0.05,
+        "fairqueue_poll_interval": float(os.environ.get("FQ_POLL_INTERVAL", "0.05")),
+        # off only where a test needs the worker's pub/sub connections to be the store's own
+        "worker_enable_remote_control": os.environ.get("FQ_REMOTE_CONTROL", "1") == "1",
         "fairqueue_max_deliveries": int(os.environ.get("FQ_MAX_DELIVERIES", "10")),
         "fairqueue_job_retention": float(os.environ.get("FQ_JOB_RETENTION", "86400")),
     }

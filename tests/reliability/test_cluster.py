@@ -356,3 +356,15 @@ def test_the_console_operations_run_on_a_cluster(cluster):
     assert inspector.workers() == []
     assert store.clear() > 0
     store.client.close()
+
+
+def test_an_idle_worker_on_a_cluster_store_is_woken_not_polled(cluster, cluster_app,
+                                                                 celery_worker_factory, ledger):
+    """The scripts PUBLISH on the queue's wake channel at the store's node; a cluster
+    propagates it to every node, so the worker's subscription, wherever it landed, hears it."""
+    app = cluster_app(cluster.url, 0)
+    celery_worker_factory(APP, env={"FQ_CLUSTER_URL": cluster.url, "FQ_WAIT_REPLICAS": "0",
+                                    "FQ_POLL_INTERVAL": "60"})
+    time.sleep(1)  # its first claims found nothing: it waits
+    app.job.delay("acme", 1)
+    assert wait_until(lambda: ledger.counts() == {"acme:1": 1}, 15)

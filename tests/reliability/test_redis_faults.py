@@ -55,7 +55,9 @@ def session_redis(redis_server, redis_client, fair):
 
 def test_aof_restart_keeps_every_acknowledged_enqueue(figure, session_redis, fair, start_worker):
     """redis-server SIGKILLed mid-work with ``appendonly yes``: every acknowledged enqueue is
-    kept and every job runs once, those a worker was running included.
+    kept and runs, those a worker was running included. A job runs twice only when its run
+    failed on a Redis call and was logged: the kill can land between its side effect (in this
+    same Redis) and its done marker, and this task has no reconciliation hook.
 
     A killed process leaves what it wrote in the kernel's page cache, so this shows Redis
     replaying its AOF; the one-second fsync window of ``appendfsync everysec`` is what a
@@ -75,12 +77,13 @@ def test_aof_restart_keeps_every_acknowledged_enqueue(figure, session_redis, fai
     client = server.client(decode_responses=True)
     assert wait_until(lambda: client.hlen("ledger") == 300, timeout=60)
     twice = sorted(k for k, v in client.hgetall("ledger").items() if v != "1")
-    retried = sum(1 for v in client.hgetall("starts").values() if v != "1")
+    started_again = {k for k, v in client.hgetall("starts").items() if v != "1"}
+    retried = len(started_again)
     figure(f"redis restart (AOF everysec, SIGKILL with {running} jobs running): {len(ids)} "
            f"acknowledged enqueues, {client.hlen('ledger')} run, {300 - client.hlen('ledger')} "
            f"lost, {len(twice)} side effects twice, {retried} started again after a "
            f"logged failure of their own or Celery's Redis call")
-    assert running > 0 and not twice
+    assert running > 0 and set(twice) <= started_again
     assert retried <= outage_failures(worker), worker.log_tail(200)
     assert worker.is_alive()
 

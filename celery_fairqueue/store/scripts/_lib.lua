@@ -38,7 +38,8 @@ local function queue_keys(i)
   return {ring = KEYS[b + 1], state = KEYS[b + 2], ready = KEYS[b + 3], nready = KEYS[b + 4],
           paused = KEYS[b + 5], delayed = KEYS[b + 6], running = KEYS[b + 7],
           waiting = KEYS[b + 8], started = KEYS[b + 9], ndelayed = KEYS[b + 10],
-          name = string.match(KEYS[b + 1], ':q:([^:]+):ring$')}
+          name = string.match(KEYS[b + 1], ':q:([^:]+):ring$'),
+          wake = (string.gsub(KEYS[b + 1], 'ring$', 'wake'))}
 end
 
 -- meta is "queue account seq job_key" (job_key "-" when the job has none), then " expires"
@@ -52,12 +53,20 @@ local function hget_number(key, field)
   return tonumber(redis.call('HGET', key, field) or '0')
 end
 
+-- The account joins the rotation. When the rotation was empty, the queue's idle workers are
+-- woken on its channel (worker/wakeups.py) instead of finding the work at their next poll.
+local function join_ring(qk, account, front)
+  if redis.call(front and 'LPUSH' or 'RPUSH', qk.ring, account) == 1 then
+    redis.call('PUBLISH', qk.wake, 'ready')
+  end
+end
+
 -- Back into the rotation if it has ready jobs, else out of the queue's state entirely. An account
 -- whose pause ended goes to the front: it waited for its token, and a later turn would waste it.
 local function rotate_in_or_forget(qk, account, front)
   if hget_number(qk.nready, account) > 0 then
     redis.call('HSET', qk.state, account, 'r')
-    redis.call(front and 'LPUSH' or 'RPUSH', qk.ring, account)
+    join_ring(qk, account, front)
   else
     redis.call('HDEL', qk.state, account)
   end
@@ -78,7 +87,7 @@ local function make_ready(qk, account, seq, job_id, since)
   redis.call('ZADD', qk.waiting, 'NX', since or now_seconds(), job_id)
   if not redis.call('HGET', qk.state, account) then
     redis.call('HSET', qk.state, account, 'r')
-    redis.call('RPUSH', qk.ring, account)
+    join_ring(qk, account)
   end
 end
 
@@ -92,10 +101,14 @@ local function release_running(qk, account)
   end
 end
 
--- A job waits for its time (eta, countdown, backoff); ndelayed counts it for its account.
+-- A job waits for its time (eta, countdown, backoff); ndelayed counts it for its account. When
+-- it is now the first due, idle workers are woken to learn when to claim next.
 local function make_delayed(qk, account, job_id, due)
   if redis.call('ZADD', qk.delayed, due, job_id) == 1 then
     redis.call('HINCRBY', qk.ndelayed, account, 1)
+  end
+  if redis.call('ZRANGE', qk.delayed, 0, 0)[1] == job_id then
+    redis.call('PUBLISH', qk.wake, 'due')
   end
 end
 

@@ -13,5 +13,10 @@ if account ~= '' then
       rotate_in_or_forget(qk, account)
     end
   end
+else
+  -- a queue's pause ends: its rotation never emptied, so its idle workers are woken here
+  for i = 1, queue_count() do
+    redis.call('PUBLISH', queue_keys(i).wake, 'ready')
+  end
 end
 return existed
