@@ -36,18 +36,23 @@ def manage(*args: str, env: dict[str, str]) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=HERE, env=env, check=True)
 
 
-def serve_admin(env: dict[str, str]) -> None:
+def interactive() -> bool:
+    return sys.stdin.isatty() and not os.environ.get("CI")
+
+
+def serve_admin(env: dict[str, str], port: int) -> None:
     """Create the demo login and, at a terminal, serve the admin until Ctrl-C."""
     login = {"DJANGO_SUPERUSER_USERNAME": "demo", "DJANGO_SUPERUSER_PASSWORD": "demo",
              "DJANGO_SUPERUSER_EMAIL": "demo@example.com"}
     subprocess.run([sys.executable, "manage.py", "createsuperuser", "--noinput"], cwd=HERE,
                    env={**env, **login}, capture_output=True, check=False)  # exists: fine
-    if not sys.stdin.isatty() or os.environ.get("CI"):
+    console = f"http://127.0.0.1:{port}/admin/celery_fairqueue/account/"
+    if not interactive():
         say("admin: `cd example_project && ../.venv/bin/python manage.py runserver`, then "
-            "http://127.0.0.1:8000/admin/ (login demo / demo)")
+            f"http://127.0.0.1:{port}/admin/ (login demo / demo); the console: {console}")
         return
-    port = free_port()
-    say(f"admin: http://127.0.0.1:{port}/admin/ (login demo / demo); Ctrl-C to stop the demo")
+    say(f"admin: http://127.0.0.1:{port}/admin/ (login demo / demo); the console: {console}")
+    say("Ctrl-C to stop the demo")
     server = subprocess.Popen([sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}",
                                "--noreload"], cwd=HERE, env=env)
     try:
@@ -99,7 +104,10 @@ def main() -> int:
         plot = HERE / "fair-vs-plain.png"
         say("a bursty campaign, plain Celery and then FairTask (manage.py run_burst_demo):")
         manage("run_burst_demo", "--plot", str(plot), env=env)
-        serve_admin(env)
+        port = free_port() if interactive() else 8000
+        say("the support console's accounts (manage.py run_console_demo):")
+        manage("run_console_demo", "--base-url", f"http://127.0.0.1:{port}", env=env)
+        serve_admin(env, port)
 
         log = worker.log_path.read_text()
         received, succeeded = log.count(" received"), log.count(" succeeded in ")

@@ -62,7 +62,12 @@ def test_run_demo_script_runs_and_stops_what_it_started(tmp_path):
     )
 
     assert demo.returncode == 0, demo.stdout + demo.stderr
-    assert "314 tasks received, 314 succeeded" in demo.stdout
+    # 314 workload and burst tasks; the console demo: 1 throttled send that ran, 2 permanent
+    # failures, 2 jobs of 3 failed attempts each (the others wait: throttled, windowed, paused)
+    assert "323 tasks received, 315 succeeded" in demo.stdout
+    assert "rate limit: next token in" in demo.stdout
+    assert "window closed until" in demo.stdout and "paused by demo" in demo.stdout
+    assert "2 permanent failures and 2 that gave up after retries" in demo.stdout
     assert "plot written to" in demo.stdout
     assert "login demo / demo" in demo.stdout
     assert "nothing it started is left running" in demo.stdout

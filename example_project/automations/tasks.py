@@ -6,7 +6,7 @@ import time
 from django.db.models import F
 
 from automations.models import OutboundMessage
-from celery_fairqueue import FairTask
+from celery_fairqueue import FairTask, PermanentError, RetryPolicy
 from proj.celery import app
 
 #: How long the simulated call to the messaging provider takes.
@@ -53,3 +53,15 @@ def _send(task_id: str, account_id: str, lead_id: int, step: str, campaign_rev: 
         "worker_pid": os.getpid(),
         "finished_at": time.time(),
     }
+
+
+@app.task(base=FairTask, bind=True, account_arg="account_id", job_key=("account_id", "lead_id"),
+          retry_policy=RetryPolicy(base=0.2, cap=0.5, max_attempts=3))
+def sync_crm(self, account_id: str, lead_id: int, outcome: str = "ok") -> str:
+    """Push a lead to the customer's CRM: the console demo's failures. ``outcome`` "deleted"
+    fails for good (the lead is gone), "timeout" fails every attempt until the policy gives up."""
+    if outcome == "deleted":
+        raise PermanentError(f"lead {lead_id} was deleted in the CRM")
+    if outcome == "timeout":
+        raise TimeoutError(f"CRM did not answer for lead {lead_id}")
+    return f"synced {account_id}:{lead_id}"

@@ -4,85 +4,20 @@ A staff user replays a dead letter from the admin and watches the job succeed: a
 runs it, and the recorder (in a thread, as a deployment runs it) brings the row to succeeded.
 """
 
-import contextlib
-import importlib
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
-import django.contrib.admin
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.test import override_settings
 from django.urls import reverse
-from playwright.sync_api import Page, sync_playwright
-from pytest_django.live_server_helper import LiveServer
 
 from celery_fairqueue import DeadLetters
 from celery_fairqueue.contrib.django.models import Job
-from celery_fairqueue.contrib.django.recorder import Recorder
+from tests.browser.conftest import APP, PASSWORD, browser_page
 from tests.harness import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-gpu"]
-APP = "tests.apps.reliable"
 SCREENSHOT = Path("/tmp/fairqueue-admin-dead-letters.png")
-PASSWORD = "correct horse battery"
-
-
-@pytest.fixture
-def rel(redis_server, redis_client, settings):
-    settings.CELERY_FAIRQUEUE_APP = f"{APP}.app"
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast login
-    return importlib.import_module(APP)
-
-
-@pytest.fixture(scope="module")
-def live_server() -> Iterator[LiveServer]:
-    """pytest-django's live server, also serving the admin's CSS and JS. The test settings have
-    no staticfiles app and no STATIC_URL, without which the live server fails every request."""
-    admin_static = Path(django.contrib.admin.__file__).resolve().parent / "static"
-    with override_settings(STATIC_URL="/static/", STATIC_ROOT=str(admin_static)):
-        server = LiveServer("localhost")
-        try:
-            yield server
-        finally:
-            server.stop()
-
-
-@pytest.fixture
-def recorder(rel) -> Iterator[Recorder]:
-    """A recorder in a thread; its stream exists before any worker starts, so none of the
-    workers' events is dropped as "nobody records"."""
-    recorder = Recorder(rel.app, "browser-test", block_ms=100, max_backoff=0.5)
-    recorder.reader.ensure_group()
-    stop = threading.Event()
-    thread = threading.Thread(target=recorder.run_forever, args=(stop,), daemon=True)
-    thread.start()
-    yield recorder
-    stop.set()
-    thread.join(15)
-
-
-@pytest.fixture
-def chromium() -> Path:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} not found: apt-get install -y chromium")
-    return CHROMIUM
-
-
-@contextlib.contextmanager
-def browser_page(chromium: Path) -> Iterator[Page]:
-    """A page in headless Chromium. While it is open, this thread runs Playwright's event loop,
-    and Django's ORM refuses to run in a thread with one: query the database before or after."""
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
-        try:
-            yield browser.new_page(viewport={"width": 1400, "height": 800})
-        finally:
-            browser.close()
 
 
 def test_staff_replays_a_dead_letter_and_sees_the_job_succeed(

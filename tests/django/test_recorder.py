@@ -531,3 +531,23 @@ def test_an_event_that_cannot_be_applied_is_skipped_once_not_read_again_forever(
     rows = {job.job_key: job for job in Job.objects.all()}
     assert sorted(rows) == ["far", "good"]
     assert rows["far"].status == Status.DEFERRED and rows["far"].next_run_at.year == 9999
+
+
+def test_waiting_since_is_when_a_job_could_run_and_dead_reason_why_it_died(database, stream,
+                                                                           recorder):
+    later = stream.enqueue(key="w1", due=1_800_000_000)  # a countdown: waits from its due time
+    now = stream.enqueue(key="w2")
+    drain(recorder)
+    rows = {j.job_key: j.waiting_since.timestamp() for j in Job.objects.all()}
+    assert rows["w1"] == 1_800_000_000 and rows["w2"] == pytest.approx(1_700_000_000, abs=10)
+    stream.send("running", job=f"{now}:0", worker="w1")
+    drain(recorder)
+    assert Job.objects.get(job_key="w2").waiting_since is None  # running: not waiting
+    reason = "gave up after 3 attempts: TimeoutError (timeout or connection error)"
+    stream.send("failed", job=f"{now}:0", err="TimeoutError: upstream", reason=reason)
+    stream.send("dead", job=f"{now}:0", reason=reason)
+    stream.send("cancelled", job=f"{later}:0")
+    drain(recorder)
+    dead, cancelled = Job.objects.get(job_key="w2"), Job.objects.get(job_key="w1")
+    assert (dead.status, dead.dead_reason, dead.waiting_since) == (Status.DEAD, reason, None)
+    assert (cancelled.status, cancelled.waiting_since) == (Status.REVOKED, None)

@@ -37,6 +37,14 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
+    waiting_since = models.DateTimeField(
+        null=True, blank=True,
+        help_text="Since when the job could run but has not started (its due time for a "
+                  "countdown, eta or retry); empty while it runs and once it has finished.")
+    dead_reason = models.CharField(
+        max_length=255, blank=True,
+        help_text='Why it was dead-lettered: the failure ("permanent: ...") or "gave up '
+                  'after N attempts: ...".')
     external_id = models.CharField(max_length=255, blank=True)
     worker = models.CharField(max_length=255, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -47,10 +55,17 @@ class Job(models.Model):
             models.Index(fields=["account", "status"], name="fq_job_account_status"),
             models.Index(fields=["queue", "status", "enqueued_at"], name="fq_job_queue_status"),
             models.Index(fields=["status", "next_run_at"], name="fq_job_status_next_run"),
+            # the overview's sort by oldest waiting job, and its per-account page of counts
+            models.Index(fields=["account", "waiting_since"], name="fq_job_account_waiting"),
+            models.Index(fields=["waiting_since", "account"], name="fq_job_waiting"),
+            # throughput and "dead letters in the last hour"
+            models.Index(fields=["status", "finished_at"], name="fq_job_status_finished"),
         ]
         permissions = [
             ("replay_job", "Can replay dead jobs"),
             ("purge_job", "Can purge dead jobs"),
+            ("cancel_job", "Can cancel waiting jobs"),
+            ("run_job_now", "Can run delayed jobs now"),
         ]
 
     def __str__(self) -> str:
@@ -64,6 +79,25 @@ class DeadJob(Job):
         proxy = True
         verbose_name = "dead letter"
         verbose_name_plural = "dead letters"
+
+
+class Account(Job):
+    """The accounts in the admin: one page per account, read from Redis and the recorded jobs.
+
+    A proxy without rows of its own: it gives the account pages their place in the admin index
+    and a content type for the admin log, and holds the operator permissions on accounts.
+    """
+
+    class Meta:
+        proxy = True
+        verbose_name = "account"
+        verbose_name_plural = "accounts"
+        default_permissions = ("view",)
+        permissions = [
+            ("pause_account", "Can pause accounts and queues"),
+            ("resume_account", "Can resume paused accounts and queues"),
+            ("edit_account_limit", "Can edit account limits from the account page"),
+        ]
 
 
 class Attempt(models.Model):

@@ -27,7 +27,7 @@ EXPIRED = "expired before it ran (Celery's expires): dropped from the fair store
 FINAL = (Status.SUCCEEDED, Status.DEAD, Status.REVOKED)
 JOB_FIELDS = ["task_id", "delivery_id", "task", "queue", "account", "status", "attempts", "args",
               "enqueued_at", "next_run_at", "started_at", "finished_at", "last_error",
-              "external_id", "worker", "updated_at"]
+              "waiting_since", "dead_reason", "external_id", "worker", "updated_at"]
 CLOSE_FIELDS = ["outcome", "error", "finished_at"]
 
 
@@ -262,7 +262,7 @@ class Batch:
             self.by_task.pop(job.task_id, None)
             job.task_id, job.enqueued_at = event.task_id, _time(event.at)
             job.started_at = job.finished_at = None
-            job.last_error = job.external_id = job.worker = ""
+            job.last_error = job.external_id = job.worker = job.dead_reason = ""
         elif _retries(event.job_id or "") < _retries(job.delivery_id):
             return
         job.enqueued_at = job.enqueued_at or _time(event.at)
@@ -273,6 +273,7 @@ class Batch:
         job.args = _args(event)
         job.attempts = event.attempt - 1
         due = _time(event.due) if event.due and event.due > event.at else None
+        job.waiting_since = due or _time(event.at)
         due = self.run_at(job, due, _time(event.at))
         job.status = Status.DEFERRED if due else Status.READY
         job.next_run_at = due
@@ -291,6 +292,7 @@ class Batch:
             return
         started = _time(event.at)
         job.status, job.started_at, job.next_run_at = Status.RUNNING, started, None
+        job.waiting_since = None
         job.worker = event.worker
         job.attempts = event.attempt
         job.delivery_id = event.job_id or job.delivery_id
@@ -307,6 +309,7 @@ class Batch:
         if job is None:
             return
         job.status, job.finished_at, job.next_run_at = Status.SUCCEEDED, _time(event.at), None
+        job.waiting_since = None
         job.external_id = event.external_id
         self.close_attempt(event, Outcome.SUCCEEDED)
 
@@ -317,6 +320,7 @@ class Batch:
         error = event.error or event.reason
         job.last_error = error
         job.status, job.next_run_at = Status.DEFERRED, _time(event.due)
+        job.waiting_since = _time(event.due) or _time(event.at)
         self.close_attempt(event, Outcome.RETRYING, error)
 
     def on_failed(self, event: Event) -> None:
@@ -327,6 +331,7 @@ class Batch:
         error = event.error or event.reason
         job.last_error = error
         job.status, job.finished_at = Status.FAILED, _time(event.at)
+        job.waiting_since, job.dead_reason = None, event.reason or job.dead_reason
         self.close_attempt(event, Outcome.FAILED, error)
 
     def on_dead(self, event: Event) -> None:
@@ -336,6 +341,7 @@ class Batch:
         reason = event.reason
         job.status, job.finished_at, job.next_run_at = Status.DEAD, _time(event.at), None
         job.last_error = job.last_error or reason
+        job.waiting_since, job.dead_reason = None, reason or job.dead_reason
         self.close_attempt(event, Outcome.DEAD, reason)  # rejected or poison: no failed event
 
     def on_requeued(self, event: Event) -> None:
@@ -343,6 +349,7 @@ class Batch:
         if job is None or job.status in FINAL:
             return
         job.status, job.next_run_at = Status.READY, None
+        job.waiting_since = _time(event.at)
         self.close_attempt(event, Outcome.REQUEUED,
                            event.reason or "given back by the worker")
 
@@ -351,19 +358,21 @@ class Batch:
         if job is None or job.status in FINAL:
             return
         job.status, job.finished_at, job.next_run_at = Status.REVOKED, _time(event.at), None
+        job.waiting_since = None
 
     def on_expired(self, event: Event) -> None:
         job = self.job_for(event)
         if job is None or job.status in FINAL:
             return
         job.status, job.finished_at, job.next_run_at = Status.REVOKED, _time(event.at), None
-        job.last_error = EXPIRED
+        job.last_error, job.waiting_since = EXPIRED, None
 
     def on_acked(self, event: Event) -> None:
         job = self.job_for(event)
         if job is None or job.status != Status.RUNNING or job.delivery_id != event.job_id:
             return
         job.status, job.finished_at, job.last_error = Status.FAILED, _time(event.at), NO_OUTCOME
+        job.waiting_since = None
         self.close_attempt(event, Outcome.FAILED, NO_OUTCOME)
 
     # -- account events ------------------------------------------------------------------------
@@ -405,7 +414,8 @@ def record_replay(replayed: dict[str, str]) -> None:
         fresh = {"status": Status.READY, "task_id": task_id,
                  "delivery_id": delivery_id(task_id, 0), "enqueued_at": now,
                  "next_run_at": None, "started_at": None, "finished_at": None,
-                 "last_error": "", "external_id": "", "worker": "", "updated_at": now}
+                 "last_error": "", "external_id": "", "worker": "", "updated_at": now,
+                 "waiting_since": now, "dead_reason": ""}
         # a job without a business key is keyed by its task id, which the replay changed
         rows.filter(job_key=f"task:{old_task}").update(job_key=f"task:{task_id}", **fresh)
         rows.update(**fresh)

@@ -1,0 +1,189 @@
+"""The support console's pages: the accounts overview and one page per account.
+
+Each page joins two sources: the recorded jobs (the database: history, counts, last success)
+and the fair store (Redis: what holds each account back right now, and until when). The store
+part is read only for the accounts on the page, so a page costs the same with 100 accounts or
+100,000.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from ...reports import limit_text
+from ...store import QueueState
+from ...tables import duration
+from . import console
+from .actions import (
+    CANCEL_PERMISSION,
+    LIMIT_PERMISSION,
+    PAUSE_PERMISSION,
+    RESUME_PERMISSION,
+    RUN_NOW_PERMISSION,
+)
+from .admin.common import account_url, exact, exact_epoch
+from .charts import throughput_svg
+from .conf import celery_app
+from .live import account_live, store_live, unserved_queues
+
+PAGE_SIZE = 50  # each account on the page costs a read of the store
+REFRESH_SECONDS = 5
+REASON_ORDER = ("paused", "no_worker", "window_closed", "rate_limited", "concurrency_cap",
+                "runnable", "no_ready_jobs")
+
+
+def _changelist(name: str, **filters: str) -> str:
+    return f"{reverse(f'admin:celery_fairqueue_{name}_changelist')}?{urlencode(filters)}"
+
+
+def waited(value: float | None, server_time: float | None) -> float | None:
+    """Seconds waited, from the store's oldest-waiting time (an epoch) or age (seconds)."""
+    if value is None:
+        return None
+    if value > 1e9 and server_time:  # a point in time, not an age
+        return max(0.0, server_time - value)
+    return max(0.0, value)
+
+
+def until_words(until: float | None, server_time: float | None) -> str:
+    if not until or not server_time:
+        return ""
+    return f"until {exact_epoch(until)} (in {duration(until - server_time)})"
+
+
+def permissions(request: HttpRequest) -> dict[str, bool]:
+    user = request.user
+    return {"pause": user.has_perm(PAUSE_PERMISSION), "resume": user.has_perm(RESUME_PERMISSION),
+            "cancel": user.has_perm(CANCEL_PERMISSION),
+            "run_now": user.has_perm(RUN_NOW_PERMISSION),
+            "limit": user.has_perm(LIMIT_PERMISSION)}
+
+
+def _queue_row(queue: str, state: QueueState | None, recorded: dict[str, Any],
+               server_time: float | None, now: datetime, unreachable: bool) -> dict[str, Any]:
+    live_wait = waited(state.oldest_waiting, server_time) if state else None
+    return {
+        "queue": queue, "state": state,
+        "reason": state.reason if state else "unknown",
+        "reason_text": state.reason_text if state else (
+            "the fair store cannot be read" if unreachable else "not in the fair store now"),
+        "until": until_words(state.until, server_time) if state else "",
+        "limit": limit_text(state.limit) if state and state.limit else "none",
+        "limit_is_default": state.limit_is_default if state else True,
+        "oldest_waiting": duration(live_wait if state else
+                                   console.age(recorded.get("oldest_waiting"), now)),
+        "running": state.running if state else recorded.get("running", 0),
+        "last_success": exact(recorded.get("last_success")),
+        "failed_hour": recorded.get("failed_hour", 0),
+        "dead_hour": recorded.get("dead_hour", 0),
+        # resume ends exactly the pause that holds it: of the queue, of the account there,
+        # or of the account everywhere
+        "resume_queue": "" if state and state.pause_scope == "account_everywhere" else queue,
+        "resume_account": "" if state and state.pause_scope == "queue" else state.account
+        if state else "",
+    }
+
+
+def account_view(request: HttpRequest, account: str, context: dict[str, Any]) -> HttpResponse:
+    """One account: per queue its state now and why, its limit, waits, recent history."""
+    now = console.now()
+    live = account_live(celery_app(), account)
+    recorded = console.account_queues(account, now)
+    states = {state.queue: state for state in live.states}
+    queues = sorted(states.keys() | recorded.keys())
+    rows = [_queue_row(q, states.get(q), recorded.get(q, {}), live.server_time, now,
+                       live.error is not None) for q in queues]
+    limit = next((s.limit for s in live.states if s.limit and not s.limit_is_default), None)
+    live_jobs = [{"job": job, "since": exact_epoch(job.since), "due": exact_epoch(job.due),
+                  "delayed": job.due is not None and bool(live.server_time)
+                  and job.due > (live.server_time or 0)} for job in live.jobs]
+    return TemplateResponse(request, "admin/celery_fairqueue/account.html", {
+        **context,
+        "title": f"Account {account}",
+        "account": account,
+        "rows": rows,
+        "paused": any(s.reason == "paused" for s in live.states),
+        "own_limit": limit,
+        "live_error": live.error,
+        "live_jobs": live_jobs,
+        "recent": console.recent_jobs(account),
+        "jobs_url": _changelist("job", account=account),
+        "dead_url": _changelist("deadjob", account=account),
+        "limits_url": _changelist("accountlimit", q=account),
+        "action_url": reverse("admin:celery_fairqueue_account_action"),
+        "can": permissions(request),
+        "server_time": exact_epoch(live.server_time),
+    })
+
+
+def reason_of(states: list[QueueState]) -> list[dict[str, str]]:
+    """The account's queues, most telling reason first."""
+    ordered = sorted(states, key=lambda s: (REASON_ORDER.index(s.reason)
+                                            if s.reason in REASON_ORDER else 0, s.queue))
+    return [{"queue": s.queue, "reason": s.reason, "text": s.reason_text} for s in ordered]
+
+
+def overview_view(request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
+    """Accounts by oldest waiting job (or by id), paged in the database, with their reason
+    now; per-queue totals, throughput over the last hour, live workers."""
+    sort = request.GET.get("o", "oldest")
+    sort = sort if sort in console.SORTS else "oldest"
+    query = request.GET.get("q", "").strip()
+    try:
+        number = max(int(request.GET.get("p", "1")), 1)
+    except ValueError:
+        number = 1
+    now = console.now()
+    page = console.overview_accounts(sort, query, number, PAGE_SIZE, now)
+    recorded = console.overview_rows(page.accounts, now)
+    live = store_live(celery_app(), page.accounts)
+    rows = []
+    for account in page.accounts:
+        row = recorded.get(account, {})
+        rows.append({
+            "account": account, "url": account_url(account),
+            "reasons": reason_of(live.states.get(account, [])),
+            "counts": [row.get(s, 0) for s in ("ready", "deferred", "running", "failed", "dead")],
+            "oldest_waiting": duration(console.age(row.get("oldest_waiting"), now)),
+            "last_success": exact(row.get("last_success")),
+            "last_error": row.get("last_error") or "",
+        })
+    queues = [{"status": q, "oldest": duration(waited(live.oldest.get(q.queue),
+                                                      live.server_time))}
+              for q in live.queues]
+    workers = [{"worker": w, "queues": ", ".join(w.queues),
+                "heartbeat": duration((live.server_time or w.heartbeat) - w.heartbeat)}
+               for w in live.workers]
+
+    def link(**changes: Any) -> str:
+        params = {"o": sort, "q": query, "p": number, **changes}
+        return "?" + urlencode({k: v for k, v in params.items() if v not in ("", None)})
+
+    return TemplateResponse(request, "admin/celery_fairqueue/overview.html", {
+        **context,
+        "title": "Accounts",
+        "query": query,
+        "sort": sort,
+        "rows": rows,
+        "page": page,
+        "previous_url": link(p=number - 1) if number > 1 else None,
+        "next_url": link(p=number + 1) if page.has_next else None,
+        "sort_oldest_url": link(o="oldest", p=1),
+        "sort_account_url": link(o="account", p=1),
+        "queues": queues,
+        "workers": workers,
+        "unserved": unserved_queues(live),
+        "live_error": live.error,
+        "chart": throughput_svg(console.throughput(now)),
+        "action_url": reverse("admin:celery_fairqueue_account_action"),
+        "can": permissions(request),
+        "refresh_seconds": REFRESH_SECONDS,
+        "server_time": exact_epoch(live.server_time),
+    })
+

@@ -1,0 +1,335 @@
+"""Jobs (read-only: what the recorder saw happen) and the dead-letter queue, with replay and
+purge behind their own permissions.
+
+Browsing reads only the database, so the lists work while Redis is down; a dead letter's page
+also reads its traceback from the store, and says so when it cannot.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+
+from ....errors import FairqueueError
+from ....reports import BatchOutcome
+from ....store import DeadLetters
+from ....tables import duration, truncate
+from ..actions import CANCEL_PERMISSION, RUN_NOW_PERMISSION
+from ..conf import celery_app
+from ..models import Attempt, DeadJob, Job
+from ..views import (
+    PURGE_PERMISSION,
+    REPLAY_PERMISSION,
+    purge_dead_letters,
+    replay_dead_letters,
+)
+from .common import (
+    AccountFilter,
+    account_link,
+    exact,
+    milliseconds,
+    nowrap,
+    status_badge,
+)
+
+ERROR_COLUMN_WIDTH = 40
+REASON_COLUMN_WIDTH = 48
+GAVE_UP = "gave up after"
+WAITING = (Job.Status.READY, Job.Status.DEFERRED)
+
+
+def runs_of(job: Job) -> list[tuple[str, list[Attempt]]]:
+    """The job's attempts, one group per run (the first, then each replay), oldest first:
+    a replay is a new task id, so its attempts never mix with the first run's."""
+    runs: dict[str, list[Attempt]] = {}
+    for attempt in job.attempt_history.order_by("id"):
+        runs.setdefault(attempt.delivery_id.rsplit(":", 1)[0], []).append(attempt)
+    for attempts in runs.values():
+        attempts.sort(key=lambda a: (a.number, a.id))
+    titled = []
+    for n, (task_id, attempts) in enumerate(runs.items()):
+        title = "First run" if n == 0 else f"Replay {n}"
+        titled.append((f"{title} (task id {task_id})", attempts))
+    return titled
+
+
+def attempts_html(job: Job) -> str:
+    runs = runs_of(job)
+    if not runs:
+        return "No attempt recorded yet."
+    parts = []
+    for title, attempts in runs:
+        rows = format_html_join(
+            "", '<tr class="fq-attempt"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
+                "<td>{}</td><td>{}</td></tr>{}",
+            ((a.number, a.delivery_id, status_badge(a.outcome), a.worker or "-",
+              nowrap(exact(a.started_at)), nowrap(exact(a.finished_at)),
+              nowrap(milliseconds(a.started_at, a.finished_at)),
+              format_html('<tr><td></td><td colspan="6"><pre class="fq-pre">{}</pre></td></tr>',
+                          a.error) if a.error else "") for a in attempts))
+        parts.append(format_html(
+            '<h3 class="fq-run">{}</h3><table class="fq-attempts"><thead><tr><th>#</th>'
+            "<th>delivery</th><th>outcome</th><th>worker</th><th>started</th>"
+            "<th>finished</th><th>took</th></tr></thead><tbody>{}</tbody>"
+            "</table>", title, rows))
+    return format_html_join("", "{}", ((p,) for p in parts))
+
+
+class DeadReasonFilter(admin.SimpleListFilter):
+    """Permanent failures apart from jobs whose attempts ran out."""
+
+    title = "reason"
+    parameter_name = "reason"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[Any]:
+        return [("permanent", "permanent failure"), ("gave_up", "gave up after retries")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        if self.value() == "gave_up":
+            return queryset.filter(dead_reason__startswith=GAVE_UP)
+        if self.value() == "permanent":
+            return queryset.exclude(dead_reason__startswith=GAVE_UP)
+        return queryset
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    """Every recorded job, read-only: what the recorder saw happen."""
+
+    list_display: tuple[str, ...] = (
+        "task_name", "account_page", "status_badge", "attempts", "queue", "next_run", "age",
+        "error_short")
+    list_filter: tuple[Any, ...] = (
+        AccountFilter, "status", ("task", admin.AllValuesFieldListFilter),
+        ("queue", admin.AllValuesFieldListFilter), ("enqueued_at", admin.DateFieldListFilter))
+    search_fields = ("^job_key", "=task_id", "^account")
+    search_help_text = "Job key or account (prefix), or task id (exact)."
+    show_full_result_count = False  # a COUNT(*) over every job on each page is not free
+    list_per_page = 50
+    change_list_template = "admin/celery_fairqueue/job_change_list.html"
+    change_form_template = "admin/celery_fairqueue/job_change_form.html"
+    fieldsets: tuple[Any, ...] = (
+        (None, {"fields": ("task", "account_page", "queue", "status_badge", "attempts",
+                           "worker")}),
+        ("Identity", {"fields": ("job_key", "task_id", "delivery_id", "external_id")}),
+        ("Times", {"fields": ("enqueued", "waiting", "next_run", "started", "finished",
+                              "run_time", "updated")}),
+        ("Arguments (redacted)", {"fields": ("arguments",)}),
+        ("Last error", {"fields": ("last_error_text",)}),
+        ("Attempts, by run", {"fields": ("attempt_runs",)}),
+    )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [name for _, options in self.fieldsets for name in options["fields"]]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # rows mirror Redis; deleting one would only hide a job that still exists
+
+    def get_urls(self) -> list[URLPattern]:
+        overview = path("accounts/", self.admin_site.admin_view(self.account_overview),
+                        name="celery_fairqueue_job_accounts")
+        return [overview, *super().get_urls()]
+
+    def account_overview(self, request: HttpRequest) -> HttpResponse:
+        """Where the overview used to live: it is the accounts' list now."""
+        return HttpResponseRedirect(reverse("admin:celery_fairqueue_account_changelist"))
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        job = self.get_object(request, object_id)
+        user = request.user
+        extra = {**(extra_context or {}), "fq_job": job,
+                 "fq_action_url": reverse("admin:celery_fairqueue_account_action")}
+        if job is not None and job.status in WAITING:
+            extra["fq_can_cancel"] = user.has_perm(CANCEL_PERMISSION)
+            extra["fq_can_run_now"] = (job.status == Job.Status.DEFERRED
+                                       and user.has_perm(RUN_NOW_PERMISSION))
+        if job is not None and job.status == Job.Status.DEAD:
+            extra["fq_can_replay"] = user.has_perm(REPLAY_PERMISSION)
+            extra["fq_replay_url"] = reverse("admin:celery_fairqueue_deadjob_replay",
+                                             args=[job.pk])
+        return super().change_view(request, object_id, form_url, extra)
+
+    @admin.display(description="task", ordering="task")
+    def task_name(self, job: Job) -> str:
+        return job.task.rsplit(".", 1)[-1]
+
+    @admin.display(description="account", ordering="account")
+    def account_page(self, job: Job) -> str:
+        return account_link(job.account)
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, job: Job) -> str:
+        return status_badge(job.status)
+
+    @admin.display(description="age", ordering="-enqueued_at")
+    def age(self, job: Job) -> str:
+        if job.enqueued_at is None:
+            return "-"
+        return nowrap(duration((timezone.now() - job.enqueued_at).total_seconds()))
+
+    @admin.display(description="last error")
+    def error_short(self, job: Job) -> str:
+        return truncate(job.last_error, ERROR_COLUMN_WIDTH) if job.last_error else ""
+
+    @admin.display(description="arguments")
+    def arguments(self, job: Job) -> str:
+        return format_html('<pre class="fq-pre">{}</pre>',
+                           json.dumps(job.args, indent=2, default=str))
+
+    @admin.display(description="last error")
+    def last_error_text(self, job: Job) -> str:
+        return format_html('<pre class="fq-pre">{}</pre>', job.last_error or "-")
+
+    @admin.display(description="attempts")
+    def attempt_runs(self, job: Job) -> str:
+        return attempts_html(job)
+
+    @admin.display(description="enqueued", ordering="enqueued_at")
+    def enqueued(self, job: Job) -> str:
+        return nowrap(exact(job.enqueued_at))
+
+    @admin.display(description="waiting since")
+    def waiting(self, job: Job) -> str:
+        return nowrap(exact(job.waiting_since))
+
+    @admin.display(description="next run", ordering="next_run_at")
+    def next_run(self, job: Job) -> str:
+        return nowrap(exact(job.next_run_at))
+
+    @admin.display(description="started")
+    def started(self, job: Job) -> str:
+        return exact(job.started_at)
+
+    @admin.display(description="finished")
+    def finished(self, job: Job) -> str:
+        return exact(job.finished_at)
+
+    @admin.display(description="last run took")
+    def run_time(self, job: Job) -> str:
+        return milliseconds(job.started_at, job.finished_at)
+
+    @admin.display(description="updated")
+    def updated(self, job: Job) -> str:
+        return exact(job.updated_at)
+
+
+@admin.register(DeadJob)
+class DeadJobAdmin(JobAdmin):
+    """The dead-letter queue: replay or purge, each behind its own permission."""
+
+    list_display = ("task_name", "account_page", "reason_short", "attempts", "queue", "died",
+                    "error_short")
+    list_filter = (AccountFilter, DeadReasonFilter, ("task", admin.AllValuesFieldListFilter),
+                   ("queue", admin.AllValuesFieldListFilter),
+                   ("finished_at", admin.DateFieldListFilter))
+    actions = ("replay", "purge")
+    fieldsets = (
+        (None, {"fields": ("task", "account_page", "queue", "status_badge", "attempts",
+                           "worker")}),
+        ("Why it is dead", {"fields": ("reason_text", "last_error_text", "traceback")}),
+        ("Identity", {"fields": ("job_key", "task_id", "delivery_id", "external_id")}),
+        ("Times", {"fields": ("enqueued", "started", "finished", "run_time", "updated")}),
+        ("Arguments (redacted)", {"fields": ("arguments",)}),
+        ("Attempts, by run", {"fields": ("attempt_runs",)}),
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        return super().get_queryset(request).filter(status=Job.Status.DEAD)
+
+    def get_urls(self) -> list[URLPattern]:
+        replay = path("<path:object_id>/replay/", self.admin_site.admin_view(self.replay_one),
+                      name="celery_fairqueue_deadjob_replay")
+        return [replay, *super().get_urls()]
+
+    def has_replay_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(REPLAY_PERMISSION)
+
+    def has_purge_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(PURGE_PERMISSION)
+
+    @admin.display(description="reason", ordering="dead_reason")
+    def reason_short(self, job: Job) -> str:
+        return truncate(job.dead_reason, REASON_COLUMN_WIDTH) if job.dead_reason else "-"
+
+    @admin.display(description="reason")
+    def reason_text(self, job: Job) -> str:
+        reason = job.dead_reason or "-"
+        kind = ("gave up: its attempts ran out" if reason.startswith(GAVE_UP) else
+                "permanent: not retried")
+        return format_html('<strong>{}</strong><br><span class="help">{}</span>', reason, kind)
+
+    @admin.display(description="traceback")
+    def traceback(self, job: Job) -> str:
+        try:
+            letter = DeadLetters(celery_app()).get(job.delivery_id)
+        except FairqueueError as exc:
+            return format_html('<span class="fq-warning">Not in the fair store ({}): {}</span>',
+                               "replayed, purged or unreachable", exc)
+        return format_html('<pre class="fq-pre fq-traceback">{}</pre>',
+                           letter.traceback or letter.error or "(no traceback kept)")
+
+    @admin.display(description="died", ordering="-finished_at")
+    def died(self, job: Job) -> str:
+        if job.finished_at is None:
+            return "-"
+        return nowrap(f"{duration((timezone.now() - job.finished_at).total_seconds())} ago")
+
+    def replay_one(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The Replay button of a dead letter's page (POST)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_replay_permission(request):
+            raise PermissionDenied
+        job = get_object_or_404(self.get_queryset(request), pk=object_id)
+        outcome = replay_dead_letters(request.user, [job.delivery_id])
+        self._report(request, "Replayed", outcome, [job])
+        if outcome.done:
+            self.log_change(request, job, f"Replayed dead letter {job.delivery_id} as "
+                                          f"{outcome.done[job.delivery_id]}")
+            return HttpResponseRedirect(reverse("admin:celery_fairqueue_job_change",
+                                                args=[job.pk]))
+        return HttpResponseRedirect(reverse("admin:celery_fairqueue_deadjob_change",
+                                            args=[job.pk]))
+
+    @admin.action(description="Replay the selected dead letters", permissions=["replay"])
+    def replay(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        jobs = list(queryset)
+        outcome = replay_dead_letters(request.user, [job.delivery_id for job in jobs])
+        self._report(request, "Replayed", outcome, jobs)
+
+    @admin.action(description="Purge the selected dead letters", permissions=["purge"])
+    def purge(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        jobs = list(queryset)
+        outcome = purge_dead_letters(request.user, [job.delivery_id for job in jobs])
+        self._report(request, "Purged", outcome, jobs)
+
+    def _report(self, request: HttpRequest, verb: str, outcome: BatchOutcome,
+                jobs: list[Job]) -> None:
+        names = {job.delivery_id: f"{self.task_name(job)} [{job.account}]" for job in jobs}
+        if outcome.done:
+            self.message_user(request, f"{verb} {len(outcome.done)} of {len(jobs)} dead "
+                                       "letters.", messages.SUCCESS)
+        for job_id, why in outcome.failed.items():
+            self.message_user(request, f"Not {verb.lower()}: {names[job_id]} ({job_id}): {why}.",
+                              messages.WARNING)
+        if outcome.unreachable:
+            left = len(jobs) - len(outcome.done) - len(outcome.failed)
+            self.message_user(request, f"The fair store (Redis) cannot be reached, so {left} "
+                                       f"dead letters were not {verb.lower()}: "
+                                       f"{outcome.unreachable}", messages.ERROR)

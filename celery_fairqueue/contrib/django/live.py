@@ -1,0 +1,73 @@
+"""What the console reads from the fair store (Redis), for the accounts on a page.
+
+Every read here may find the store down: it then answers with nothing and the reason in words,
+so the database-backed rest of the page still renders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from celery import Celery
+
+from ...errors import FairqueueError
+from ...store import LiveJob, QueueState, QueueStatus, StoreInspector, WorkerInfo
+
+
+@dataclass
+class AccountLive:
+    """One account as the store sees it now."""
+
+    states: list[QueueState] = field(default_factory=list)
+    jobs: list[LiveJob] = field(default_factory=list)
+    server_time: float | None = None
+    error: str | None = None  # why the store could not be read
+
+
+@dataclass
+class StoreLive:
+    """The overview's live part: reasons of the page's accounts, queues and workers."""
+
+    states: dict[str, list[QueueState]] = field(default_factory=dict)
+    queues: list[QueueStatus] = field(default_factory=list)
+    oldest: dict[str, float | None] = field(default_factory=dict)
+    workers: list[WorkerInfo] = field(default_factory=list)
+    server_time: float | None = None
+    error: str | None = None
+
+
+def account_live(app: Celery, account: str, jobs: int = 50) -> AccountLive:
+    """Per queue state of ``account`` with its reason, and its jobs in the store."""
+    try:
+        inspector = StoreInspector(app)
+        return AccountLive(inspector.account_state(account), inspector.live_jobs(account, jobs),
+                           inspector.server_time())
+    except (FairqueueError, ValueError) as exc:  # ValueError: an id the store cannot hold
+        return AccountLive(error=str(exc))
+
+
+def store_live(app: Celery, accounts: list[str]) -> StoreLive:
+    """States of ``accounts``, per-queue totals with their oldest waiting age, live workers."""
+    live = StoreLive()
+    try:
+        inspector = StoreInspector(app)
+        live.server_time = inspector.server_time()
+        names = inspector.queues()
+        live.queues = inspector.status(names, paused_limit=1).queues
+        live.oldest = inspector.queue_oldest_waiting(names)
+        live.workers = inspector.workers()
+        for account in accounts:
+            try:  # the queues and workers read once for the page, not once per account
+                live.states[account] = inspector.account_state(
+                    account, names, workers=live.workers) if names else []
+            except ValueError:  # an id longer than the store holds: never in Redis
+                live.states[account] = []
+    except FairqueueError as exc:
+        live.error = str(exc)
+    return live
+
+
+def unserved_queues(live: StoreLive) -> list[str]:
+    """Queues with ready jobs that no live worker consumes."""
+    served = {queue for worker in live.workers for queue in worker.queues}
+    return [q.queue for q in live.queues if q.ready and q.queue not in served]
