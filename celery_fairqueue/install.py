@@ -33,7 +33,7 @@ def install(app: Celery) -> Celery:
     if app.configured:
         settings_for(app)
     install_publish_path(app)
-    install_revoke(app)
+    install_control(app)
     if FairConsumerStep not in app.steps["consumer"]:
         app.steps["consumer"].add(FairConsumerStep)
     for name in REDACTED_LOGGERS:
@@ -98,9 +98,10 @@ def run_now(app: Celery, task_id: str) -> bool:
     return bool(store_for(app).run_now(task_id))
 
 
-def install_revoke(app: Celery) -> None:
+def install_control(app: Celery) -> None:
     """Make ``app.control.revoke`` (and ``AsyncResult.revoke``) also take revoked fair jobs out
-    of the store at once, whatever workers run; Celery's broadcast still stops running ones.
+    of the store at once, whatever workers run (Celery's broadcast still stops running ones),
+    and ``app.control.purge()`` also discard the waiting fair jobs of the app's queues.
 
     ``app.control`` reads ``app.conf`` when it is made, so an app whose control is not made yet
     gets a subclass of its control class instead (see :func:`install_publish_path`)."""
@@ -108,6 +109,7 @@ def install_revoke(app: Celery) -> None:
     if made is not None:
         if not getattr(made.revoke, "fairqueue", False):
             made.revoke = _revoking(app, made.revoke)
+            made.purge = _purging(app, made.purge)
         return
     base = symbol_by_name(app.control_cls)
     if getattr(base.revoke, "fairqueue", False):
@@ -118,6 +120,9 @@ def install_revoke(app: Celery) -> None:
             return _revoking(app, super().revoke)(task_id, *args, **kwargs)
 
         revoke.fairqueue = True  # type: ignore[attr-defined]
+
+        def purge(self, connection: Any = None) -> int:
+            return int(_purging(app, super().purge)(connection))
 
     app.control_cls = FairControl
 
@@ -134,3 +139,12 @@ def _revoking(app: Celery, broadcast: Any) -> Any:
 
     revoke.fairqueue = True  # type: ignore[attr-defined]
     return revoke
+
+
+def _purging(app: Celery, broker_purge: Any) -> Any:
+    def purge(connection: Any = None) -> int:
+        """The broker's messages, then the fair store's waiting jobs, of the app's queues."""
+        return int(broker_purge(connection=connection)) + store_for(app).purge(
+            list(app.amqp.queues))
+
+    return purge

@@ -11,7 +11,7 @@ and no attempt is charged.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +99,10 @@ class StoreControls:
     def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any]) -> Any:
         raise NotImplementedError  # FairStore._run
 
+    def _run_many(self, name: str, calls: Iterable[tuple[Sequence[QueueKeys], Sequence[Any]]],
+                  chunk: int) -> list[Any]:
+        raise NotImplementedError  # FairStore._run_many
+
     def known_queues(self) -> list[str]:
         raise NotImplementedError  # FairStore.known_queues
 
@@ -124,6 +128,26 @@ class StoreControls:
             if seen and not found:
                 return
             seen = seen or bool(found)
+
+    def purge(self, queues: Sequence[str] | None = None, batch: int = 1000) -> int:
+        """Take every waiting job (ready, deferred or delayed) of ``queues`` (default: all)
+        out of the store, as ``celery purge`` discards a broker queue's messages; running jobs
+        stay. Returns how many it took; a job enqueued meanwhile may stay (call it again)."""
+        taken = 0
+        for queue in list(queues or self.known_queues()):
+            qk = self.keys.queue(queue)
+            while True:
+                pipe = self.client.pipeline(transaction=False)
+                pipe.zrange(qk.ready, 0, batch - 1)
+                pipe.zrange(qk.delayed, 0, batch - 1)
+                ready, delayed = pipe.execute()
+                ids = [str(member).rsplit("|", 1)[-1] for member in ready] + list(delayed)
+                now = sum(1 for cancelled in self._run_many(
+                    "cancel", (([qk], [job_id]) for job_id in ids), batch) if cancelled == 1)
+                taken += now
+                if now == 0:  # nothing left, or only entries no script can take
+                    break
+        return taken
 
     def run_now(self, task_id: str) -> list[str]:
         """Make the delayed deliveries of a task ready now; returns the delivery ids moved.

@@ -78,6 +78,17 @@ def test_revoked_pending_job_leaves_the_store(compat):
     assert run_fair_jobs(compat.app) == []
 
 
+def test_control_purge_discards_the_waiting_fair_jobs_too(compat):
+    store = store_for(compat.app)
+    compat.add.delay(1, 1)
+    compat.add.apply_async((2, 2), countdown=600)
+    assert compat.app.control.purge() == 2  # what Celery's test manager does between tests
+    counts = store.counts("celery")
+    assert (counts["ready"], counts["delayed"]) == (0, 0)
+    assert compat.app.control.purge() == 0
+    assert run_fair_jobs(compat.app) == []
+
+
 def test_expired_job_is_dropped_without_taking_a_slot_or_a_token(compat, celery_worker_factory,
                                                                  redis_client):
     # one token now, the next in a minute: had the expired job taken it, "fresh" would wait
