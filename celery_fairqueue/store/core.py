@@ -27,7 +27,7 @@ from .client import AnyClient, make_client, operation
 from .controls import StoreControls
 from .keys import Keys, QueueKeys, decode_id, encode_id, encode_job_key
 
-SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "extend", "reap", "trim_done",
+SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "trim_done",
                 "wake", "bury", "emit", "take_dead", "restore_dead", "purge_dead", "give_back",
                 "cancel", "pause", "resume", "run_now", "register_worker", "heartbeat")
 EVENTS_CHECK_SECONDS = 5.0
@@ -300,13 +300,6 @@ class FairStore(StoreControls):
     def _set_marker(self, job_key: str, marker: dict[str, Any]) -> None:
         marker["at"] = time.time()
         self.client.hset(self.keys.markers, encode_id(job_key), json.dumps(marker))
-
-    def extend(self, token: str, job_ids: Iterable[str]) -> list[str]:
-        """Heartbeat: extend the leases this worker owns; returns the ids it lost."""
-        ids = list(job_ids)
-        if not ids:
-            return []
-        return list(self._run("extend", [], [token, self.settings.lease_seconds, *ids]))
 
     def known_queues(self) -> list[str]:
         return sorted(decode_id(q) for q in self.client.smembers(self.keys.queues))

@@ -5,12 +5,13 @@ import time
 import pytest
 
 from celery_fairqueue.limits import AccountLimit
-from celery_fairqueue.store import FairStore
+from celery_fairqueue.store import FairStore, WorkerRegistration
 from tests.harness.store_tools import ack_many, claim_jobs
 
 from .conftest import put
 
 NO_LIMIT = AccountLimit().pack(0)
+WORKER = WorkerRegistration("celery@test", ("default",), 1)
 TOKEN = "worker-a"
 
 
@@ -156,9 +157,9 @@ def test_heartbeat_keeps_a_running_job_leased(make_store):
     [job] = claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT)
     for _ in range(4):
         time.sleep(0.2)
-        assert store.extend(TOKEN, [job.job_id]) == []
+        assert store.heartbeat(TOKEN, WORKER, [job.job_id]) == []
     assert store.reap() == 0
-    assert store.extend("someone-else", [job.job_id]) == [job.job_id]
+    assert store.heartbeat("someone-else", WORKER, [job.job_id]) == [job.job_id]
 
 
 def test_requeue_keeps_fifo_place_and_frees_the_cap(store):

@@ -213,4 +213,36 @@ local function dead_letter(job_id, reason, now)
   forget_job(job_id)
 end
 
+-- Push back the lease deadline of each job in ARGV[first..] this worker (token) still owns;
+-- returns the ids whose lease it lost (they were reaped).
+local function extend_leases(token, lease, first)
+  local deadline = now_seconds() + lease
+  local lost = {}
+  for n = first, #ARGV do
+    local job_id = ARGV[n]
+    if redis.call('HGET', K_OWNERS, job_id) == token then
+      redis.call('ZADD', K_LEASES, 'XX', deadline, job_id)
+    else
+      lost[#lost + 1] = job_id
+    end
+  end
+  return lost
+end
+
+-- A worker's entry in the registry of live workers, renewed for ttl seconds (negative: it
+-- leaves); entries not renewed in time are dropped, so a dead worker vanishes by itself.
+local function renew_registration(id, info, ttl, now)
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', K_WORKERS, '-inf', now, 'LIMIT', 0, 100)) do
+    redis.call('ZREM', K_WORKERS, gone)
+    redis.call('HDEL', K_WORKERINFO, gone)
+  end
+  if ttl < 0 then
+    redis.call('ZREM', K_WORKERS, id)
+    redis.call('HDEL', K_WORKERINFO, id)
+  else
+    redis.call('ZADD', K_WORKERS, now + ttl, id)
+    redis.call('HSET', K_WORKERINFO, id, string.format('%.6f', now) .. ' ' .. info)
+  end
+end
+
 -- ---- end of _lib.lua ----
