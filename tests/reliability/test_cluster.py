@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib
 import statistics
 import sys
-import threading
 import time
 from urllib.parse import quote
 
@@ -28,6 +27,7 @@ from celery_fairqueue.store import FairStore
 from celery_fairqueue.store.cluster import MIN_REDIS_PY, StoreClusterClient, parse_cluster_url
 from celery_fairqueue.store.keys import Keys
 from tests.harness import wait_until
+from tests.harness.producer import Producer
 from tests.harness.redis_cluster import ClusterGroup
 from tests.integration.conftest import put
 
@@ -133,52 +133,6 @@ def test_every_store_operation_runs_on_a_cluster(cluster):
     store.client.close()
 
 
-class Producer(threading.Thread):
-    """``.delay()`` at RATE jobs a second; a call that raises StoreUnavailableError (the
-    producer's one EnqueueError) is counted and made again with the same arguments (the same
-    business key: never a second job)."""
-
-    def __init__(self, task) -> None:
-        super().__init__(name="cluster-producer", daemon=True)
-        self.task = task
-        self.acked: dict[str, float] = {}  # ledger key -> monotonic time of the acknowledgement
-        self.errors: list[str] = []
-        self.latencies: list[float] = []
-        self.stopping = threading.Event()
-        self.crashed: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            start, n, retrying = time.monotonic(), 0, False
-            while retrying or not self.stopping.is_set():
-                account = f"acct{n % ACCOUNTS}"
-                began = time.monotonic()
-                try:
-                    self.task.delay(account, n)
-                except StoreUnavailableError as exc:
-                    self.errors.append(str(exc))
-                    retrying = True
-                    time.sleep(0.05)
-                    continue
-                retrying = False
-                now = time.monotonic()
-                self.latencies.append(now - began)
-                self.acked[f"{account}:{n}"] = now
-                n += 1
-                time.sleep(max(0.0, start + n / RATE - time.monotonic()))
-        except BaseException as exc:  # reported by the test
-            self.crashed = exc
-
-    def acked_after(self, moment: float) -> int:
-        return sum(1 for at in list(self.acked.values()) if at > moment)
-
-    def finish(self) -> None:
-        self.stopping.set()
-        self.join(20)
-        assert self.crashed is None, repr(self.crashed)
-        assert not self.is_alive()
-
-
 def errorstats(server) -> dict[str, int]:
     """How often a node replied each error code (INFO errorstats)."""
     with server.client(decode_responses=True) as client:
@@ -224,7 +178,7 @@ def test_jobs_run_while_the_store_slot_moves_to_another_primary(
     target = next(s for s in cluster.primaries() if s is not source)
     before = errorstats(source)
 
-    producer = Producer(app.job)
+    producer = Producer(app.job, RATE, ACCOUNTS)
     producer.start()
     assert wait_until(lambda: len(ledger) >= 40, 20), "jobs do not run before the move"
     began = time.monotonic()
@@ -267,7 +221,7 @@ def test_a_primary_failover_loses_no_acknowledged_job(
     keys = Keys()
     primary = cluster.owner(keys.jobs)
 
-    producer = Producer(app.job)
+    producer = Producer(app.job, RATE, ACCOUNTS)
     producer.start()
     assert wait_until(lambda: len(ledger) >= 40, 20), "jobs do not run before the failover"
     killed_at = time.monotonic()

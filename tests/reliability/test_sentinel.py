@@ -31,6 +31,7 @@ from celery_fairqueue.store.client import MASTER_CHECK_SECONDS, StoreClient
 from celery_fairqueue.store.keys import Keys
 from tests.harness import free_port, tail, wait_until
 from tests.harness.processes import _die_with_parent
+from tests.harness.producer import Producer
 from tests.integration.conftest import put
 
 MASTER = "mymaster"
@@ -187,50 +188,6 @@ def sentinel_group(redis_server_factory, tmp_path):
         group.stop()
 
 
-class Producer(threading.Thread):
-    """``.delay()`` at RATE jobs a second; a call that raises StoreUnavailableError is counted
-    and made again with the same arguments (same business key: never a second job)."""
-
-    def __init__(self, task) -> None:
-        super().__init__(name="sentinel-producer", daemon=True)
-        self.task = task
-        self.acked: dict[str, float] = {}  # ledger key -> monotonic time of the acknowledgement
-        self.errors = 0
-        self.slow = 0.0  # longest .delay(), a failing one included
-        self.latencies: list[float] = []  # of the .delay() calls that succeeded
-        self.stopping = threading.Event()
-        self.crashed: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            start = time.monotonic()
-            n = 0
-            retrying = False  # a job that may be stored already is settled before stopping
-            while retrying or not self.stopping.is_set():
-                account = f"acct{n % ACCOUNTS}"
-                began = time.monotonic()
-                try:
-                    self.task.delay(account, n)
-                except StoreUnavailableError:
-                    self.errors += 1
-                    self.slow = max(self.slow, time.monotonic() - began)
-                    retrying = True
-                    time.sleep(0.05)
-                    continue
-                retrying = False
-                now = time.monotonic()
-                self.slow = max(self.slow, now - began)
-                self.latencies.append(now - began)
-                self.acked[f"{account}:{n}"] = now
-                n += 1
-                time.sleep(max(0.0, start + n / RATE - time.monotonic()))
-        except BaseException as exc:  # reported by the test
-            self.crashed = exc
-
-    def acked_after(self, moment: float) -> int:
-        return sum(1 for at in list(self.acked.values()) if at > moment)
-
-
 @pytest.fixture
 def sentinel_app(monkeypatch, redis_server):
     """``sentinel_app(url, wait_replicas)``: the test app module, imported for this store."""
@@ -257,7 +214,7 @@ def test_producers_and_workers_follow_a_failover(figure, wait_replicas, sentinel
     workers = [celery_worker_factory(APP, env=env) for _ in range(2)]
     old_port = group.primary.port
 
-    producer = Producer(app.job)
+    producer = Producer(app.job, RATE, ACCOUNTS)
     producer.start()
     assert wait_until(lambda: len(ledger) >= 60, 15), "jobs do not run before the failover"
     killed_at = time.monotonic()
@@ -270,7 +227,7 @@ def test_producers_and_workers_follow_a_failover(figure, wait_replicas, sentinel
     # producers follow: a good stream of jobs acknowledged by the new primary
     assert wait_until(lambda: producer.acked_after(switched) >= 4 * RATE, 20), (
         f"{producer.acked_after(switched)} jobs enqueued after the failover, "
-        f"{producer.errors} errors\n{group.log_tail()}")
+        f"{len(producer.errors)} errors\n{group.log_tail()}")
     producer.stopping.set()
     producer.join(15)
     assert producer.crashed is None, repr(producer.crashed)
@@ -298,7 +255,7 @@ def test_producers_and_workers_follow_a_failover(figure, wait_replicas, sentinel
            f"took {failover:.1f} s (sentinels switched after {switched - killed_at:.1f} s); "
            f"fairqueue_wait_replicas={wait_replicas}, .delay() median "
            f"{statistics.median(producer.latencies) * 1000:.1f} ms, longest "
-           f"{producer.slow:.1f} s, {producer.errors} retried, {len(duplicates)} run twice")
+           f"{producer.slow:.1f} s, {len(producer.errors)} retried, {len(duplicates)} run twice")
 
     assert all(worker.is_alive() for worker in workers)
     # a job stored by the new primary (acknowledged after the kill) is never lost; 50 ms for
