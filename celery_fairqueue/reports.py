@@ -184,7 +184,7 @@ def resume_report(account: str | None, queue: str | None, resumed: bool) -> str:
 
 
 def each_job(action: Callable[[str], bool], ids: Sequence[str], refused: str) -> BatchOutcome:
-    """Apply ``action`` (cancel, run now) to each task id, stopping if the store goes away."""
+    """Apply ``action`` (cancel, run now, purge) to each id, stopping if the store goes away."""
     outcome = BatchOutcome()
     for task_id in ids:
         try:
@@ -298,18 +298,8 @@ def replay_each(dlq: DeadLetters, ids: Sequence[str]) -> BatchOutcome:
 
 def purge_each(dlq: DeadLetters, ids: Sequence[str]) -> BatchOutcome:
     """Purge the dead letters one by one, stopping if the store goes away."""
-    outcome = BatchOutcome()
-    for job_id in ids:
-        try:
-            purged = dlq.purge([job_id])
-        except StoreUnavailableError as exc:
-            outcome.unreachable = str(exc)
-            break
-        if purged:
-            outcome.done[job_id] = ""
-        else:
-            outcome.failed[job_id] = "not found: replayed or purged already"
-    return outcome
+    return each_job(lambda job_id: bool(dlq.purge([job_id])), ids,
+                    "not found: replayed or purged already")
 
 
 class PurgeSelectionError(FairqueueError, ValueError):
