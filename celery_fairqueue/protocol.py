@@ -28,6 +28,10 @@ LEGACY_JOB_KEY_HEADER = "job_key"
 FIRST_FAILURE_HEADER = "fairqueue_first_failure"
 #: Header set on a job the claim dropped past its ``expires``: its request records it revoked.
 EXPIRED_HEADER = "fairqueue_expired"
+#: Header set on every job a worker claims from the fair store: the job's idempotency marker
+#: (JSON) as it was before the claim wrote the started one, "" when there was none. The claim
+#: marks the key started and the ack marks it done, so the task reads and writes no marker.
+MARKER_HEADER = "fairqueue_marker"
 #: ``apply_async`` option carrying a job's business key as stored (a retry's, a replay's), used
 #: as it is; a user's ``job_key=`` option is scoped by task and account first.
 STORED_JOB_KEY_OPTION = "fairqueue_job_key"

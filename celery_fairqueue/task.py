@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import logging
 import math
 import time
@@ -29,6 +30,7 @@ from .protocol import (
     ACCOUNT_HEADER,
     FIRST_FAILURE_HEADER,
     JOB_KEY_HEADER,
+    MARKER_HEADER,
     MAX_ID_LENGTH,
     STORED_JOB_KEY_OPTION,
     EventType,
@@ -218,6 +220,7 @@ class ReliableTask(Task):
         job_key = job_key_of(request)
         request.job_key = job_key  # the public name, whichever header carried it
         job_id = delivery_of(request)
+        claimed = self._claimed_marker() is not None  # its ack marks the key done
         with self._store_or_give_back("read or write its started marker"):
             answered, value = self._before_run(job_key, job_id, args, kwargs)
         if answered:
@@ -236,9 +239,10 @@ class ReliableTask(Task):
             self._on_job_failure(exc, job_id, args, kwargs)
             raise
         external_id = getattr(request, "fairqueue_external_id", None)
-        if job_key:
+        if job_key and (external_id or not claimed):  # the external id is known here only
             self._mark_done(job_key, job_id, external_id)
-        self._emit(EventType.SUCCEEDED, job=job_id, external_id=external_id)
+        if not claimed:
+            self._emit(EventType.SUCCEEDED, job=job_id, external_id=external_id)
         return result
 
     def _mark_done(self, job_key: str, job_id: str, external_id: str | None) -> None:
@@ -258,6 +262,12 @@ class ReliableTask(Task):
                 time.sleep(pause)
                 pause = min(2 * pause, 1.0)
 
+    def _claimed_marker(self) -> str | None:
+        """For a job claimed from the fair store, the marker its claim found ("" none): the
+        claim wrote the started marker and the ack writes the done one, each in the round trip
+        of the lease's own step. None for any other delivery."""
+        return getattr(self.request, MARKER_HEADER, None) if is_fair(self) else None
+
     def _before_run(self, job_key: str | None, job_id: str, args: Sequence[Any],
                     kwargs: dict[str, Any]) -> tuple[bool, Any]:
         """Consult the markers: ``(True, external id)`` when the job must not run again (done,
@@ -265,23 +275,25 @@ class ReliableTask(Task):
         if not job_key:
             return False, None
         store = self._store()
-        marker = store.marker(job_key)
+        claimed = self._claimed_marker()
+        marker = store.marker(job_key) if claimed is None else json.loads(claimed or "null")
         if marker and marker["state"] == "done":
             logger.info("fairqueue: %s[%s] is already done (job key %s...); not run again",
                         self.name, self.request.id, job_key[:12])
-            self._emit(EventType.SUCCEEDED, job=job_id, external_id=marker.get("external_id"))
-            return True, marker.get("external_id")
-        if marker and marker["state"] == "started":
-            external_id = self.already_applied(job_key, *args, **kwargs)
-            if external_id:
-                logger.warning("fairqueue: %s[%s] had already applied its side effect before a "
-                               "crash (external id %s); marked done, not run again", self.name,
-                               self.request.id, external_id)
-                store.mark_done(job_key, job_id, str(external_id))
-                self._emit(EventType.SUCCEEDED, job=job_id, external_id=external_id)
-                return True, external_id
-        store.mark_started(job_key, job_id)
-        return False, None
+            external_id = marker.get("external_id")
+        elif marker and marker["state"] == "started" and (
+                external_id := self.already_applied(job_key, *args, **kwargs)):
+            logger.warning("fairqueue: %s[%s] had already applied its side effect before a "
+                           "crash (external id %s); marked done, not run again", self.name,
+                           self.request.id, external_id)
+            store.mark_done(job_key, job_id, str(external_id))
+        else:
+            if claimed is None:
+                store.mark_started(job_key, job_id)
+            return False, None
+        if claimed is None:
+            self._emit(EventType.SUCCEEDED, job=job_id, external_id=external_id)
+        return True, external_id
 
     def _store(self) -> FairStore:
         return store_for(self.app)

@@ -120,7 +120,8 @@ def _run(app: Celery, store: FairStore, token: str, job: ClaimedJob) -> Finished
             store.reject(job.queue, job.account, job.job_id, token,
                          f"rejected by the task: {result.reason}")
     else:
-        store.ack(job.queue, job.account, job.job_id, token)
+        store.ack(job.queue, job.account, job.job_id, token, job.stored_key,
+                  succeeded=state == states.SUCCESS)
     return FinishedJob(request.id, task.name, job.account, job.queue, state, result)
 
 

@@ -8,7 +8,7 @@ account ids go in and come out decoded.
 from .client import display_url
 from .console import REASONS, LiveJob, QueueState, WorkerInfo
 from .controls import OperatorPause, WorkerRegistration
-from .core import Claim, ClaimedJob, EnqueueResult, FairStore, store_for
+from .core import Ack, Claim, ClaimedJob, EnqueueResult, FairStore, store_for
 from .dead_letters import DeadLetter, DeadLetterNotFound, DeadLetters
 from .events import RECORDER_GROUP, EventReader, Leadership
 from .keys import Keys, QueueKeys
@@ -28,6 +28,7 @@ __all__ = [
     "RECORDER_GROUP",
     "AccountPage",
     "AccountRow",
+    "Ack",
     "Claim",
     "ClaimedJob",
     "DeadLetter",

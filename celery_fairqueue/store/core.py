@@ -21,7 +21,7 @@ from celery import Celery
 
 from ..errors import BacklogFullError, DeadLetterNotFound
 from ..limits import AccountLimit
-from ..protocol import event_fields, task_id_of
+from ..protocol import NO_JOB_KEY, event_fields, task_id_of
 from ..settings import FairqueueSettings, settings_for
 from .client import AnyClient, make_client, operation
 from .controls import StoreControls
@@ -89,6 +89,7 @@ class Claim:
     jobs: list[ClaimedJob]
     next_due: float | None  # seconds until a paused account or delayed job is due
     expired: list[ClaimedJob] = field(default_factory=list)  # dropped, past Celery's expires
+    lost: list[str] = field(default_factory=list)  # acked jobs whose lease was lost
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,25 @@ class ClaimedJob:
     envelope: str
     deliveries: int
     account: str
+    stored_key: str = NO_JOB_KEY  # its business key as the store holds it (encoded), or "-"
+    #: its idempotency marker (JSON) as it was before the claim wrote the started one; "" none
+    marker: str = ""
+
+
+@dataclass(frozen=True)
+class Ack:
+    """A job the worker finished, acked with its next claim (or alone, :meth:`FairStore.ack`);
+    a success marks its business key done in the same step."""
+
+    queue: str
+    account: str
+    job_id: str
+    stored_key: str = NO_JOB_KEY
+    succeeded: bool = False
+
+    def args(self, queue_index: int) -> list[Any]:
+        return [queue_index, self.job_id, encode_id(self.account), self.stored_key,
+                "1" if self.succeeded else "0"]
 
 
 class FairStore(StoreControls):
@@ -209,31 +229,41 @@ class FairStore(StoreControls):
     # -- worker side ---------------------------------------------------------------------------
 
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
-              first: int = 0) -> Claim:
-        """Lease up to ``want`` jobs from ``queues``, rotating over accounts with capacity; also
-        say when the next paused account or delayed job is due. ``first`` is the 0-based index
-        of the queue to look at first (workers rotate it so no queue starves)."""
-        if want <= 0 or not queues:
+              first: int = 0, acks: Sequence[Ack] = ()) -> Claim:
+        """Ack ``acks`` (this worker's finished jobs), then lease up to ``want`` jobs from
+        ``queues``, rotating over accounts with capacity; also say when the next paused account
+        or delayed job is due. ``first`` is the 0-based index of the queue to look at first
+        (workers rotate it so no queue starves). One round trip for the whole turn."""
+        want = min(want, self.settings.claim_batch) if queues else 0
+        if want <= 0 and not acks:
             return Claim([], None)
         s = self.settings
-        flat = self._run("claim", [self.keys.queue(q) for q in queues], [
-            min(want, s.claim_batch), s.lease_seconds, token, default_limit, s.promote_batch,
-            s.max_skips, s.max_deliveries, first % len(queues) + 1,
+        names = list(queues)
+        names += dict.fromkeys(a.queue for a in acks if a.queue not in names)
+        position = {name: n + 1 for n, name in enumerate(names)}
+        flat = self._run("claim", [self.keys.queue(q) for q in names], [
+            max(want, 0), s.lease_seconds, token, default_limit, s.promote_batch, s.max_skips,
+            s.max_deliveries, first % len(queues) + 1 if queues else 1, len(queues), len(acks),
+            *(arg for ack in acks for arg in ack.args(position[ack.queue])),
         ])
         next_due = float(flat[0])
-        claim = Claim([], next_due if next_due >= 0 else None)
-        for n in range(1, len(flat), 5):
+        claim = Claim([], next_due if next_due >= 0 else None, lost=list(flat[1]))
+        for n in range(2, len(flat), 7):
             index = int(flat[n])  # negated for an expired job the claim dropped
-            job = ClaimedJob(queue=queues[abs(index) - 1], job_id=flat[n + 1],
+            job = ClaimedJob(queue=names[abs(index) - 1], job_id=flat[n + 1],
                              envelope=flat[n + 2], deliveries=int(flat[n + 3]),
-                             account=decode_id(flat[n + 4]))
+                             account=decode_id(flat[n + 4]), stored_key=flat[n + 5],
+                             marker=flat[n + 6])
             (claim.jobs if index > 0 else claim.expired).append(job)
         return claim
 
-    def ack(self, queue: str, account: str, job_id: str, token: str) -> bool:
-        """The job ran (or handed over to its retry): release its lease and slot."""
-        return bool(self._run("ack", [self.keys.queue(queue)],
-                              [job_id, token, encode_id(account)]))
+    def ack(self, queue: str, account: str, job_id: str, token: str,
+            stored_key: str = NO_JOB_KEY, succeeded: bool = False) -> bool:
+        """The job ran (or handed over to its retry): release its lease and slot; a success
+        marks its business key (``stored_key``, see ClaimedJob) done. A claiming worker acks
+        with its next :meth:`claim` instead."""
+        return bool(self._run("ack", [self.keys.queue(queue)], [
+            job_id, token, encode_id(account), stored_key, "1" if succeeded else "0"]))
 
     def requeue(self, queue: str, account: str, job_id: str, token: str) -> bool:
         """Give a leased job back to ready, in its FIFO place."""

@@ -9,7 +9,7 @@ from kombu.message import Message
 from kombu.serialization import loads
 
 from ..envelope import JSON_CONTENT_TYPE, Envelope, MalformedEnvelopeError
-from ..protocol import EXPIRED_HEADER
+from ..protocol import EXPIRED_HEADER, MARKER_HEADER
 from ..store import ClaimedJob
 
 if TYPE_CHECKING:
@@ -20,6 +20,8 @@ ACCEPT = {JSON_CONTENT_TYPE}
 
 class Settler(Protocol):
     def settle(self, job_id: str, outcome: str, reason: str | None = None) -> None: ...
+
+    def succeeded(self, job_id: str) -> None: ...
 
 
 class FairChannel:
@@ -35,6 +37,10 @@ class FairChannel:
 
     def basic_reject(self, delivery_tag: str, requeue: bool = False) -> None:
         self.dispatcher.settle(delivery_tag, "requeue" if requeue else "reject")
+
+    def succeeded(self, delivery_tag: str) -> None:
+        """The task succeeded (called before Celery's ack): the ack marks its key done."""
+        self.dispatcher.succeeded(delivery_tag)
 
     def give_back(self, delivery_tag: str) -> None:
         """The run could not write to the store: again after a moment (see FairRequest)."""
@@ -57,11 +63,12 @@ def read_envelope(job: ClaimedJob) -> Envelope:
 
 def job_message(job: ClaimedJob, envelope: Envelope, channel: Any,
                 expired: bool = False) -> Message:
-    """The kombu message of a claimed job, as the broker would have delivered it; ``expired``
-    marks one the claim dropped past its ``expires``, for Celery to record as revoked."""
+    """The kombu message of a claimed job, as the broker would have delivered it, with the
+    marker the claim found (see protocol.MARKER_HEADER); ``expired`` marks one the claim
+    dropped past its ``expires``, for Celery to record as revoked."""
     # The eta stays in the headers for the task's request (self.request.eta), as with the
     # broker; FairRequest keeps Celery's strategy from waiting for it again.
-    headers = dict(envelope.headers)
+    headers = {**envelope.headers, MARKER_HEADER: job.marker}
     if expired:
         headers[EXPIRED_HEADER] = True
     # kombu's virtual transports default the priority property to 0, and Celery reports it

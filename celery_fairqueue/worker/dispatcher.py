@@ -1,7 +1,8 @@
 """Claims fair jobs for free pool slots and hands them to Celery's own task handler.
 
 The dispatcher runs in the consumer's event loop: it claims when a slot frees (an ack wakes it
-through a self-pipe, so bursts of acks coalesce into one claim call) and on a short idle timer.
+through a self-pipe, so bursts of acks coalesce into one claim call, which settles the acks in
+the same round trip), when the store signals new work (see wakeups.py) and on a fallback timer.
 It never holds more jobs than the pool can start now, so nothing waits in worker memory. A
 maintenance thread extends the leases of running jobs (heartbeat) and returns expired ones.
 """
@@ -14,6 +15,7 @@ import os
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +23,8 @@ from celery.worker import state as worker_state
 
 from ..errors import FairqueueError
 from ..settings import settings_for
-from ..store import ClaimedJob, FairStore, WorkerRegistration, display_url
+from ..protocol import NO_JOB_KEY
+from ..store import Ack, ClaimedJob, FairStore, WorkerRegistration, display_url
 from .channel import FairChannel, job_message, read_envelope
 from .outage import Outage
 from .wakeups import Wakeups
@@ -34,12 +37,17 @@ WINDOW_REFRESH_SECONDS = 3600.0
 GIVE_BACK_SECONDS = 1.0
 
 
-@dataclass(frozen=True)
+@dataclass
 class HeldJob:
     queue: str
     account: str
     job_id: str
+    stored_key: str = NO_JOB_KEY  # its business key as the store holds it
     expired: bool = False  # dropped by the claim already: settling it asks nothing of the store
+    succeeded: bool = False  # its task succeeded: the ack marks the key done
+
+    def ack(self) -> Ack:
+        return Ack(self.queue, self.account, self.job_id, self.stored_key, self.succeeded)
 
 
 class FairDispatcher:
@@ -51,6 +59,7 @@ class FairDispatcher:
         self.token = f"{consumer.hostname}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
         self.channel = FairChannel(self)
         self.held: dict[str, HeldJob] = {}
+        self._acks: deque[Ack] = deque()  # settled by the next claim (pool threads append)
         self.queues: list[str] = []
         self.handler: Any = None
         self.claiming = False
@@ -105,6 +114,7 @@ class FairDispatcher:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._flush_acks()
         hub = self.consumer.hub
         if hub is not None:
             hub.remove_reader(self._wake_r)
@@ -153,20 +163,35 @@ class FairDispatcher:
             pass
         self.claim()
 
+    def _take_acks(self) -> list[Ack]:
+        acks = []
+        with contextlib.suppress(IndexError):
+            while True:
+                acks.append(self._acks.popleft())
+        return acks
+
     def claim(self) -> None:
+        """One round trip a turn: settle the jobs finished since the last turn, lease jobs for
+        the free slots."""
         if not self.claiming:
             return
+        acks = self._take_acks()
         free = self.free_slots()
-        if free <= 0:
+        if free <= 0 and not acks:
             return
         try:
             claim = self.store.claim(self.queues, free, self.token, self.default_limit(),
-                                     first=self._rotation)
+                                     first=self._rotation, acks=acks)
         except FairqueueError as exc:
+            # the acks go with the next claim; should none get through, the leases return the
+            # jobs (at least once, not lost)
+            self._acks.extendleft(reversed(acks))
             self._claims.failed(exc)
             return
         self._claims.answered()
         self._rotation += 1
+        for job_id in claim.lost:
+            self._lost_before_settled(job_id)
         for job in claim.jobs:
             self._dispatch(job)
         for job in claim.expired:
@@ -201,7 +226,8 @@ class FairDispatcher:
         return self._default_limit
 
     def _dispatch(self, job: ClaimedJob) -> None:
-        held = HeldJob(queue=job.queue, account=job.account, job_id=job.job_id)
+        held = HeldJob(queue=job.queue, account=job.account, job_id=job.job_id,
+                       stored_key=job.stored_key)
         self.held[job.job_id] = held
         try:
             envelope = read_envelope(job)
@@ -247,9 +273,16 @@ class FairDispatcher:
 
     # -- settling ------------------------------------------------------------------------------
 
+    def succeeded(self, job_id: str) -> None:
+        """The task of a held job succeeded; its ack follows (see FairRequest.on_success)."""
+        held = self.held.get(job_id)
+        if held is not None:
+            held.succeeded = True
+
     def settle(self, job_id: str, outcome: str, reason: str | None = None) -> None:
-        """Release a held job: ``ack`` (done), ``requeue`` (run again), ``give_back`` (the
-        store failed the run: again after a moment, not counted) or ``reject`` (dead)."""
+        """Release a held job: ``ack`` (done: settled by the next claim, or at once when not
+        claiming), ``requeue`` (run again), ``give_back`` (the store failed the run: again
+        after a moment, not counted) or ``reject`` (dead)."""
         held = self.held.pop(job_id, None)
         if held is None:
             logger.warning("fairqueue: %s of job %s that this worker does not hold", outcome,
@@ -257,9 +290,14 @@ class FairDispatcher:
             return
         if held.expired:
             return
+        if outcome == "ack" and self.claiming:
+            self._acks.append(held.ack())
+            self.wake()
+            return
         try:
             if outcome == "ack":
-                owned = self.store.ack(held.queue, held.account, job_id, self.token)
+                owned = self.store.ack(held.queue, held.account, job_id, self.token,
+                                       held.stored_key, held.succeeded)
             elif outcome == "requeue":
                 owned = self.store.requeue(held.queue, held.account, job_id, self.token)
             elif outcome == "give_back":
@@ -274,10 +312,28 @@ class FairDispatcher:
                            job_id, exc)
             owned = True
         if not owned:
-            logger.warning("fairqueue: job %s lost its lease before it settled (it ran longer "
-                           "than fairqueue_lease_seconds without a heartbeat and was given to "
-                           "another worker)", job_id)
+            self._lost_before_settled(job_id)
         self.wake()
+
+    def _flush_acks(self) -> None:
+        """Settle the acks still waiting for a claim, as the worker stops claiming."""
+        acks = self._take_acks()
+        if not acks:
+            return
+        try:
+            lost = self.store.claim([], 0, self.token, "", acks=acks).lost
+        except FairqueueError as exc:
+            logger.warning("fairqueue: could not ack %d jobs (their leases return them): %s",
+                           len(acks), exc)
+            return
+        for job_id in lost:
+            self._lost_before_settled(job_id)
+
+    @staticmethod
+    def _lost_before_settled(job_id: str) -> None:
+        logger.warning("fairqueue: job %s lost its lease before it settled (it ran longer than "
+                       "fairqueue_lease_seconds without a heartbeat and was given to another "
+                       "worker)", job_id)
 
     # -- maintenance thread --------------------------------------------------------------------
 

@@ -37,6 +37,14 @@ class FairRequest(Request):
             return True
         return bool(super().revoked())
 
+    def on_success(self, failed__retval__runtime: Any, **kwargs: Any) -> Any:
+        """Before Celery acks a fair job that succeeded, say so: its ack marks the job's
+        business key done and records the success, in the same step."""
+        channel = self.message.channel
+        if not failed__retval__runtime[0] and isinstance(channel, FairChannel):
+            channel.succeeded(self.message.delivery_tag)
+        return super().on_success(failed__retval__runtime, **kwargs)
+
     def on_failure(self, exc_info: Any, send_failed_event: bool = True,
                    return_ok: bool = False) -> Any:
         exc = exc_info.exception

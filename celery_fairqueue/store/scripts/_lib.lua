@@ -150,16 +150,51 @@ local function drop_lease(job_id)
 end
 
 -- The worker holding a job's lease lets go of it (ack, requeue, reject, give back): false when
--- the lease is no longer its own (it expired and was reaped).
-local function release_lease(job_id, token, account)
+-- the lease is no longer its own (it expired and was reaped). ``qk`` defaults to the first queue.
+local function release_lease(job_id, token, account, qk)
   if redis.call('HGET', K_OWNERS, job_id) ~= token then
     return false
   end
   drop_lease(job_id)
-  local qk = queue_keys(1)
+  qk = qk or queue_keys(1)
   redis.call('HDEL', qk.started, job_id)
   release_running(qk, account)
   return true
+end
+
+-- The idempotency marker of a business key (JSON, see task.py), decoded; nil when there is none
+-- or it cannot be read.
+local function read_marker(job_key)
+  local raw = redis.call('HGET', K_MARKERS, job_key)
+  if not raw then
+    return nil, nil
+  end
+  local ok, marker = pcall(cjson.decode, raw)
+  return raw, (ok and type(marker) == 'table') and marker or nil
+end
+
+-- The claim hands a job with a business key to a worker: unless the key is done already, its
+-- started marker is written here, before the side effect can begin. Returns the marker as it
+-- was ('' when none), for the task to decide whether to run or to reconcile.
+local function mark_started(job_key, job_id, now)
+  local raw, marker = read_marker(job_key)
+  if not (marker and marker.state == 'done') then
+    redis.call('HSET', K_MARKERS, job_key, cjson.encode({state = 'started', job_id = job_id,
+                                                         at = now}))
+  end
+  return raw or ''
+end
+
+-- The job's side effect happened: its key is done, from now (a done marker the task wrote
+-- itself, with the external id, stays). Returns the external id, or nil.
+local function mark_done(job_key, job_id, now)
+  redis.call('ZADD', K_DONE, now, job_key)
+  local _, marker = read_marker(job_key)
+  if marker and marker.state == 'done' then
+    return type(marker.external_id) == 'string' and marker.external_id or nil
+  end
+  redis.call('HSET', K_MARKERS, job_key, cjson.encode({state = 'done', job_id = job_id, at = now}))
+  return nil
 end
 
 -- Forget a job for good. Callers have taken it out of ready (and waiting), delayed and its
@@ -211,6 +246,41 @@ local function dead_letter(job_id, reason, now)
     free_job_key(job_key, job_id)
   end
   forget_job(job_id)
+end
+
+-- The worker finished a job (``succeeded``, or failed, or handed over to a retry): release its
+-- lease and forget it. A success marks its business key done first, even when the lease was lost
+-- (the side effect happened), and is recorded as ``succeeded`` rather than ``acked``. Returns
+-- false when the lease was no longer this worker's (it expired and was reaped).
+local function ack_job(qk, job_id, token, account, job_key, succeeded, now)
+  local meta = redis.call('HGET', K_META, job_id)
+  if meta then  -- the store's own record wins over the worker's
+    job_key = select(4, split_meta(meta))
+  end
+  local external_id = nil
+  if succeeded and job_key ~= '-' then
+    external_id = mark_done(job_key, job_id, now)
+  end
+  if succeeded then
+    if external_id then
+      emit('e', 'succeeded', 'job', job_id, 'at', now, 'ext', external_id)
+    else
+      emit('e', 'succeeded', 'job', job_id, 'at', now)
+    end
+  end
+  if not release_lease(job_id, token, account, qk) then
+    return false
+  end
+  -- a failure handed to its retry re-pointed the key to the retry's delivery: not done yet
+  if not succeeded and job_key ~= '-' and redis.call('HGET', K_JOBKEYS, job_key) == job_id then
+    redis.call('ZADD', K_DONE, now, job_key)
+  end
+  forget_job(job_id)
+  redis.call('HINCRBY', K_STATS, 'acked', 1)
+  if not succeeded then
+    emit('e', 'acked', 'job', job_id, 'at', now)
+  end
+  return true
 end
 
 -- Push back the lease deadline of each job in ARGV[first..] this worker (token) still owns;

@@ -1,20 +1,10 @@
 -- ack: the worker finished a job (success, failure or handed over to a retry); settle its lease.
+-- A worker that is claiming acks with its next claim instead (claim.lua); this is the ack of one
+-- that stopped claiming, and of the test runner.
 -- KEYS: global keys, then the keys of the job's queue.
--- ARGV: [1] job_id, [2] owner token, [3] account (encoded).
+-- ARGV: [1] job_id, [2] owner token, [3] account (encoded), [4] business key as stored ("-":
+--       none), [5] "1" when the task succeeded (its key is marked done), else "0".
 -- Returns 1, or 0 when the lease was no longer this worker's (it expired and was reaped).
-local job_id, token, account = ARGV[1], ARGV[2], ARGV[3]
-if not release_lease(job_id, token, account) then
-  return 0
-end
-local meta = redis.call('HGET', K_META, job_id)
-if meta then
-  local _, _, _, job_key = split_meta(meta)
-  -- a retry re-pointed the key to its own delivery: the job is not done yet
-  if job_key ~= '-' and redis.call('HGET', K_JOBKEYS, job_key) == job_id then
-    redis.call('ZADD', K_DONE, now_seconds(), job_key)
-  end
-end
-forget_job(job_id)
-redis.call('HINCRBY', K_STATS, 'acked', 1)
-emit('e', 'acked', 'job', job_id, 'at', now_seconds())
-return 1
+local owned = ack_job(queue_keys(1), ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] == '1',
+                      now_seconds())
+return owned and 1 or 0

@@ -1,18 +1,34 @@
--- claim: lease up to N jobs, one account at a time in rotation, skipping accounts over a limit.
--- KEYS: global keys, then the keys of each queue the worker consumes.
+-- claim: settle the jobs the worker finished, then lease up to N jobs, one account at a time in
+-- rotation, skipping accounts over a limit. One call per turn of the worker: its acks ride along.
+-- KEYS: global keys, then the keys of each queue the worker consumes, then of the queues only
+--       its acks are from (a queue it stopped consuming).
 -- ARGV: [1] jobs wanted, [2] lease seconds, [3] owner token, [4] default limit (packed),
 --       [5] promotion batch, [6] most accounts skipped in one call, [7] most deliveries before
---       a job is dead-lettered as poison, [8] index of the queue to start with (1-based).
+--       a job is dead-lettered as poison, [8] index of the queue to start with (1-based),
+--       [9] how many of the queues to claim from, [10] n acks, then n times: queue index,
+--       job_id, account (encoded), business key as stored ("-": none), "1" if it succeeded
+--       (see ack_job in _lib.lua).
 -- Returns a flat list: seconds until the next paused account or delayed job is due (-1: none),
--- then per job: queue index, job_id, envelope, deliveries, account. A job whose Celery
--- ``expires`` has passed is dropped from the store when it comes up, before any limit is asked
--- (it takes no slot and no token), and listed the same way with its queue index negated, for
--- the worker to record as revoked.
+-- the list of acked job ids whose lease was lost, then per job: queue index, job_id, envelope,
+-- deliveries, account, business key as stored, and its idempotency marker as it was before
+-- this claim wrote the started one ('' when none). A job whose Celery ``expires`` has passed
+-- is dropped from the store when it comes up, before any limit is asked (it takes no slot and
+-- no token), and listed the same way with its queue index negated, for the worker to record as
+-- revoked.
 -- Cost: O(log n) per job or skipped account (ring pops, hash fields, one lex range); no scans.
 local want, lease, token, default_limit = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local batch, max_skips, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local nq = queue_count()
+local nq = tonumber(ARGV[9])
 local now = now_seconds()
+
+local lost = {}
+for n = 0, tonumber(ARGV[10]) - 1 do
+  local a = 11 + n * 5
+  if not ack_job(queue_keys(tonumber(ARGV[a])), ARGV[a + 1], token, ARGV[a + 2], ARGV[a + 3],
+                 ARGV[a + 4] == '1', now) then
+    lost[#lost + 1] = ARGV[a + 1]
+  end
+end
 
 -- Due delayed jobs become ready; accounts whose pause is over rejoin the rotation.
 local function promote(qk)
@@ -93,9 +109,7 @@ local function take_head(qk, account, head, waiting)
 end
 
 -- The head job's ``expires`` has passed: out of the store; returns its job_id and envelope.
-local function drop_expired(qk, account, head, waiting)
-  local meta = redis.call('HGET', K_META, string.match(head, '^[^|]*|[^|]*|(.*)$'))
-  local _, _, _, job_key, expires = split_meta(meta or '')
+local function drop_expired(qk, account, head, waiting, job_key, expires)
   if not expires or expires > now then
     return nil
   end
@@ -108,8 +122,8 @@ local function drop_expired(qk, account, head, waiting)
   return job_id, envelope
 end
 
--- Try the account at the head of the rotation: returns job_id, envelope, deliveries or nil;
--- or job_id, envelope, 'expired' for an expired job it dropped.
+-- Try the account at the head of the rotation: returns job_id, envelope, deliveries, business
+-- key, marker or nil; or job_id, envelope, 'expired' for an expired job it dropped.
 local function claim_from(qk, account)
   local waiting = hget_number(qk.nready, account)
   local head = redis.call('ZRANGEBYLEX', qk.ready, '[' .. account .. '|', '(' .. account .. '}',
@@ -119,7 +133,9 @@ local function claim_from(qk, account)
     redis.call('HDEL', qk.state, account)
     return nil
   end
-  local expired_id, expired_envelope = drop_expired(qk, account, head, waiting)
+  local meta = redis.call('HGET', K_META, string.match(head, '^[^|]*|[^|]*|(.*)$'))
+  local _, _, _, job_key, expires = split_meta(meta or '')
+  local expired_id, expired_envelope = drop_expired(qk, account, head, waiting, job_key, expires)
   if expired_id then
     return expired_id, expired_envelope, 'expired'
   end
@@ -162,11 +178,12 @@ local function claim_from(qk, account)
   redis.call('HSET', K_OWNERS, job_id, token)
   redis.call('HSET', qk.started, job_id, now)
   emit('e', 'running', 'job', job_id, 'at', now, 'worker', token)
-  return job_id, envelope, deliveries
+  job_key = job_key or '-'
+  return job_id, envelope, deliveries, job_key, job_key ~= '-' and mark_started(job_key, job_id, now) or ''
 end
 
 local queues = {}
-local out, claimed, skips, live, empty = {-1}, 0, 0, nq, {}
+local out, claimed, skips, live, empty = {-1, lost}, 0, 0, nq, {}
 for i = 1, nq do
   queues[i] = queue_keys(i)
   promote(queues[i])
@@ -185,21 +202,15 @@ while claimed < want and live > 0 and skips <= max_skips do
       empty[i] = true
       live = live - 1
     else
-      local job_id, envelope, deliveries = claim_from(queues[i], account)
+      local job_id, envelope, deliveries, job_key, marker = claim_from(queues[i], account)
       if deliveries == 'expired' then
         skips = skips + 1  -- bounded like a skip; the worker records it, nothing runs
-        out[#out + 1] = -i
-        out[#out + 1] = job_id
-        out[#out + 1] = envelope
-        out[#out + 1] = 0
-        out[#out + 1] = account
+        for _, v in ipairs({-i, job_id, envelope, 0, account, '-', ''}) do out[#out + 1] = v end
       elseif job_id then
         claimed = claimed + 1
-        out[#out + 1] = i
-        out[#out + 1] = job_id
-        out[#out + 1] = envelope
-        out[#out + 1] = deliveries
-        out[#out + 1] = account
+        for _, v in ipairs({i, job_id, envelope, deliveries, account, job_key, marker}) do
+          out[#out + 1] = v
+        end
       else
         skips = skips + 1
       end
