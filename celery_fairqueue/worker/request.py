@@ -10,7 +10,9 @@ every pool, gives it back to wait a moment instead, uncounted.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from billiard.einfo import ExceptionWithTraceback
@@ -37,13 +39,12 @@ class FairRequest(Request):
             return True
         return bool(super().revoked())
 
-    def on_success(self, failed__retval__runtime: Any, **kwargs: Any) -> Any:
-        """Before Celery acks a fair job that succeeded, say so: its ack marks the job's
-        business key done and records the success, in the same step."""
-        channel = self.message.channel
-        if not failed__retval__runtime[0] and isinstance(channel, FairChannel):
-            channel.succeeded(self.message.delivery_tag)
-        return super().on_success(failed__retval__runtime, **kwargs)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Celery's worker makes a subclass of this class per task (``create_request_cls``),
+        whose ``on_success`` replaces the one below: it is wrapped the same way."""
+        super().__init_subclass__(**kwargs)
+        if "on_success" in cls.__dict__:
+            cls.on_success = _noting_success(cls.__dict__["on_success"])  # type: ignore[method-assign]
 
     def on_failure(self, exc_info: Any, send_failed_event: bool = True,
                    return_ok: bool = False) -> Any:
@@ -56,6 +57,23 @@ class FairRequest(Request):
             channel.give_back(self.message.delivery_tag)
             return None
         return super().on_failure(exc_info, send_failed_event, return_ok)
+
+
+def _noting_success(on_success: Callable[..., Any]) -> Callable[..., Any]:
+    """``on_success`` that first tells the fair channel the job succeeded: its ack (which
+    follows in Celery's ``on_success``) marks the business key done and records the success."""
+
+    @functools.wraps(on_success)
+    def noting_success(self: Request, failed__retval__runtime: Any, **kwargs: Any) -> Any:
+        channel = self.message.channel
+        if not failed__retval__runtime[0] and isinstance(channel, FairChannel):
+            channel.succeeded(self.message.delivery_tag)
+        return on_success(self, failed__retval__runtime, **kwargs)
+
+    return noting_success
+
+
+FairRequest.on_success = _noting_success(Request.on_success)  # type: ignore[method-assign]
 
 
 class QuietGiveBack(logging.Filter):

@@ -250,7 +250,7 @@ end
 
 -- The worker finished a job (``succeeded``, or failed, or handed over to a retry): release its
 -- lease and forget it. A success marks its business key done first, even when the lease was lost
--- (the side effect happened), and is recorded as ``succeeded`` rather than ``acked``. Returns
+-- (the side effect happened), and is recorded as ``succeeded`` before the ``acked``. Returns
 -- false when the lease was no longer this worker's (it expired and was reaped).
 local function ack_job(qk, job_id, token, account, job_key, succeeded, now)
   local meta = redis.call('HGET', K_META, job_id)
@@ -277,9 +277,7 @@ local function ack_job(qk, job_id, token, account, job_key, succeeded, now)
   end
   forget_job(job_id)
   redis.call('HINCRBY', K_STATS, 'acked', 1)
-  if not succeeded then
-    emit('e', 'acked', 'job', job_id, 'at', now)
-  end
+  emit('e', 'acked', 'job', job_id, 'at', now)
   return true
 end
 
