@@ -7,7 +7,7 @@ worker can rebuild the kombu message Celery would have received from the broker.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import FairqueueError
@@ -28,7 +28,10 @@ class Envelope:
     properties: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"), default=str)
+        # not dataclasses.asdict, which deep-copies the headers first: this runs on every enqueue
+        return json.dumps({"body": self.body, "content_type": self.content_type,
+                           "content_encoding": self.content_encoding, "headers": self.headers,
+                           "properties": self.properties}, separators=(",", ":"), default=str)
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Envelope:

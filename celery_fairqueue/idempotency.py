@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -24,10 +25,20 @@ def hash_identity(parts: Sequence[Any]) -> str:
     return hashlib.sha256(material.encode("ascii")).hexdigest()
 
 
+@functools.lru_cache(maxsize=4096)
+def _signature(run: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(run)
+
+
 def bound_arguments(run: Callable[..., Any], args: Sequence[Any],
                     kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The task's arguments by parameter name, defaults filled in."""
-    bound = inspect.signature(run).bind_partial(*args, **kwargs)
+    """The task's arguments by parameter name, defaults filled in (the signature is read once
+    per task: enqueue asks for it up to three times a job)."""
+    try:
+        signature = _signature(run)
+    except TypeError:  # an unhashable callable
+        signature = inspect.signature(run)
+    bound = signature.bind_partial(*args, **kwargs)
     bound.apply_defaults()
     return dict(bound.arguments)
 

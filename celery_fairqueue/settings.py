@@ -57,9 +57,11 @@ class FairqueueSettings:
         60.0, "How long a claimed job stays leased without a heartbeat before it is reaped.")
     heartbeat_interval: float = _setting(
         10.0, "How often a worker extends the leases of the jobs it runs.")
-    reap_interval: float = _setting(5.0, "How often a worker returns expired leases to ready.")
+    reap_interval: float = _setting(
+        5.0, "How often the workers, together, return expired leases to ready (each of N live "
+        "workers every N intervals).")
     poll_interval: float = _setting(
-        5.0, "How often an idle worker asks the store for work anyway: the store wakes idle "
+        30.0, "How often an idle worker asks the store for work anyway: the store wakes idle "
         "workers the moment work appears (Redis pub/sub), so this is the fallback.")
     claim_batch: int = _setting(64, "Most jobs one claim call leases.")
     promote_batch: int = _setting(

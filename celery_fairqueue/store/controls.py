@@ -11,6 +11,7 @@ and no attempt is charged.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -87,6 +88,16 @@ class WorkerRegistration:
 
     def to_json(self) -> str:
         return json.dumps({"name": self.name, "queues": list(self.queues), "slots": self.slots})
+
+
+@dataclass(frozen=True)
+class Beat:
+    """What a worker's heartbeat learns: the leases it lost, the store's instance id (a new
+    one means Redis lost the data) and how many workers are registered."""
+
+    lost: list[str]
+    instance: str
+    live_workers: int
 
 
 class StoreControls:
@@ -199,8 +210,15 @@ class StoreControls:
 
     def heartbeat(self, worker_id: str, registration: WorkerRegistration,
                   job_ids: Sequence[str]) -> list[str]:
-        """One round trip: extend the leases of ``job_ids`` this worker owns and renew its
-        registration; returns the ids whose lease it lost."""
-        return list(self._run("heartbeat", [], [worker_id, self.settings.lease_seconds,
-                                                 registration.to_json(), self.registry_ttl(),
-                                                 *job_ids]))
+        """Extend the leases of ``job_ids`` this worker owns and renew its registration;
+        returns the ids whose lease it lost."""
+        return self.beat(worker_id, registration, job_ids).lost
+
+    def beat(self, worker_id: str, registration: WorkerRegistration,
+             job_ids: Sequence[str]) -> Beat:
+        """:meth:`heartbeat`, also reading the store's instance id and the number of live
+        workers: a worker's whole beat in one round trip."""
+        lost, instance, workers = self._run("heartbeat", [], [
+            worker_id, self.settings.lease_seconds, registration.to_json(), self.registry_ttl(),
+            uuid.uuid4().hex, *job_ids])
+        return Beat(lost=list(lost), instance=str(instance), live_workers=int(workers))

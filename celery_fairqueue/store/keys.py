@@ -186,7 +186,7 @@ class Keys:
             self.jobs, self.meta, self.job_keys, self.done, self.leases, self.owners,
             self.limits, self.buckets, self.queues, self.seq, self.deliveries, self.stats,
             self.dead, self.dead_index, self.markers, self.pending, self.pauses,
-            self.workers, self.worker_info,
+            self.workers, self.worker_info, self.instance,
         ]
 
     def queue(self, name: str) -> QueueKeys:

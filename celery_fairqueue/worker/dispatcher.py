@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import threading
 import time
 import uuid
@@ -337,9 +338,8 @@ class FairDispatcher:
 
     # -- maintenance thread --------------------------------------------------------------------
 
-    def _check_instance(self) -> None:
+    def _check_instance(self, current: str) -> None:
         """Report loudly when Redis lost the fair store (restarted without persistence)."""
-        current = self.store.instance()
         if self._instance is not None and current != self._instance:
             logger.error(
                 "fairqueue: the fair store at %s lost its data (instance %s is now %s): jobs "
@@ -348,9 +348,14 @@ class FairDispatcher:
         self._instance = current
 
     def _maintain(self) -> None:
+        """Beat every ``fairqueue_heartbeat_interval``; reap (and trim done keys) so that the
+        fleet reaps about every ``fairqueue_reap_interval``: each of N live workers every N
+        intervals, at a random phase, so idle workers cost Redis little."""
         s = self.settings
         tick = min(s.heartbeat_interval, s.reap_interval)
-        last_beat = last_reap = last_windows = 0.0
+        last_beat = last_windows = 0.0
+        next_reap = time.monotonic()
+        live_workers = 1
         outage = Outage("maintenance (heartbeat, reaper)")
         while not self._stopping.wait(tick / 2):
             now = time.monotonic()
@@ -358,13 +363,14 @@ class FairDispatcher:
             try:
                 if now - last_beat >= s.heartbeat_interval:
                     last_beat, asked = now, True
-                    self._check_instance()
-                    lost = self.store.heartbeat(self.token, self.registration(),
-                                                list(self.held))
-                    for job_id in lost:
+                    beat = self.store.beat(self.token, self.registration(), list(self.held))
+                    self._check_instance(beat.instance)
+                    live_workers = max(1, beat.live_workers)
+                    for job_id in beat.lost:
                         logger.warning("fairqueue: lease of running job %s was lost", job_id)
-                if now - last_reap >= s.reap_interval:
-                    last_reap, asked = now, True
+                if now >= next_reap:
+                    next_reap, asked = now + s.reap_interval * live_workers * random.uniform(
+                        0.5, 1.5), True
                     reaped = self.store.reap()
                     if reaped:
                         logger.warning("fairqueue: returned %d jobs with expired leases to ready",

@@ -43,7 +43,7 @@ def test_a_full_redis_loses_no_job(fair, celery_worker_factory, redis_client, le
         fair.job.delay("acme", n)
     worker = celery_worker_factory(APP, concurrency=4,
                                    env={**SHORT_LEASES, "FQ_FILL_REDIS_AT_FIRST_START": "1"})
-    worker.wait_for_log("could not read or write its started marker", timeout=20)
+    worker.wait_for_log("is full (maxmemory)", timeout=20)
     time.sleep(2)  # full for a while: claims, requeues and settles are refused too
     redis_client.config_set("maxmemory", 0)
     assert_ran_once_each(ledger, [f"acme:{n}" for n in range(20)])

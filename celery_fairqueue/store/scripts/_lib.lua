@@ -1,6 +1,6 @@
 -- Helpers shared by every script: store.py prepends this file to each script when it loads it.
 --
--- KEYS (every script): the 19 global keys of keys.Keys.global_keys(), then 10 keys per fair
+-- KEYS (every script): the 20 global keys of keys.Keys.global_keys(), then 10 keys per fair
 -- queue in the order of keys.QUEUE_KEY_NAMES: ring, state, ready, nready, paused, delayed,
 -- running, waiting, started, ndelayed; then the event stream.
 -- Account ids and queue names arrive percent-encoded (no spaces, no "|", no braces).
@@ -8,17 +8,30 @@
 
 local K_JOBS, K_META, K_JOBKEYS, K_DONE, K_LEASES, K_OWNERS, K_LIMITS, K_BUCKETS, K_QUEUES,
   K_SEQ, K_DELIVERIES, K_STATS, K_DEAD, K_DEADINDEX, K_MARKERS, K_PENDING, K_PAUSES,
-  K_WORKERS, K_WORKERINFO = unpack(KEYS, 1, 19)
-local NGLOBAL = 19
+  K_WORKERS, K_WORKERINFO, K_INSTANCE = unpack(KEYS, 1, 20)
+local NGLOBAL = 20
 local NQKEYS = 10
--- the event stream is not one of KEYS[1..19]: it is the first key after the queues' keys, so
+-- the event stream is not one of KEYS[1..20]: it is the first key after the queues' keys, so
 -- every script gets it last (see store.FairStore._run)
 local K_EVENTS = KEYS[#KEYS]
 local EVENTS_MAXLEN = 1000000
 
+-- Redis's clock, read once per script run; now_text() is it as a script argument (a Lua number
+-- would be formatted again by every command that takes it).
+local clock, clock_text = nil, nil
 local function now_seconds()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+  if not clock then
+    local t = redis.call('TIME')
+    clock = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  end
+  return clock
+end
+
+local function now_text()
+  if not clock_text then
+    clock_text = string.format('%.6f', now_seconds())
+  end
+  return clock_text
 end
 
 local function queue_count()
@@ -27,8 +40,12 @@ end
 
 -- Record a state transition for the recorder (events.py), only once a recorder has created the
 -- stream: with no recorder nothing piles up. Fields alternate name, value.
+local recording = nil
 local function emit(...)
-  if redis.call('EXISTS', K_EVENTS) == 1 then
+  if recording == nil then
+    recording = redis.call('EXISTS', K_EVENTS) == 1
+  end
+  if recording then
     redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', ...)
   end
 end
@@ -84,7 +101,7 @@ end
 local function make_ready(qk, account, seq, job_id, since)
   redis.call('ZADD', qk.ready, 0, account .. '|' .. seq .. '|' .. job_id)
   redis.call('HINCRBY', qk.nready, account, 1)
-  redis.call('ZADD', qk.waiting, 'NX', since or now_seconds(), job_id)
+  redis.call('ZADD', qk.waiting, 'NX', since or now_text(), job_id)
   if not redis.call('HGET', qk.state, account) then
     redis.call('HSET', qk.state, account, 'r')
     join_ring(qk, account)
@@ -176,31 +193,36 @@ end
 -- The claim hands a job with a business key to a worker: unless the key is done already, its
 -- started marker is written here, before the side effect can begin. Returns the marker as it
 -- was ('' when none), for the task to decide whether to run or to reconcile.
-local function mark_started(job_key, job_id, now)
+local function write_marker(job_key, state, job_id)
+  redis.call('HSET', K_MARKERS, job_key, '{"state":"' .. state .. '","job_id":' ..
+             cjson.encode(job_id) .. ',"at":' .. now_text() .. '}')
+end
+
+local function mark_started(job_key, job_id)
   local raw, marker = read_marker(job_key)
   if not (marker and marker.state == 'done') then
-    redis.call('HSET', K_MARKERS, job_key, cjson.encode({state = 'started', job_id = job_id,
-                                                         at = now}))
+    write_marker(job_key, 'started', job_id)
   end
   return raw or ''
 end
 
 -- The job's side effect happened: its key is done, from now (a done marker the task wrote
 -- itself, with the external id, stays). Returns the external id, or nil.
-local function mark_done(job_key, job_id, now)
-  redis.call('ZADD', K_DONE, now, job_key)
+local function mark_done(job_key, job_id)
+  redis.call('ZADD', K_DONE, now_text(), job_key)
   local _, marker = read_marker(job_key)
   if marker and marker.state == 'done' then
     return type(marker.external_id) == 'string' and marker.external_id or nil
   end
-  redis.call('HSET', K_MARKERS, job_key, cjson.encode({state = 'done', job_id = job_id, at = now}))
+  write_marker(job_key, 'done', job_id)
   return nil
 end
 
 -- Forget a job for good. Callers have taken it out of ready (and waiting), delayed and its
 -- lease already; the console's readers skip an entry whose job is gone, should one stay.
-local function forget_job(job_id)
-  local meta = redis.call('HGET', K_META, job_id)
+-- ``meta`` is the job's meta when the caller read it already.
+local function forget_job(job_id, meta)
+  meta = meta or redis.call('HGET', K_META, job_id)
   if meta then
     local _, account = split_meta(meta)
     hincr_or_drop(K_PENDING, account, -1)
@@ -252,20 +274,20 @@ end
 -- lease and forget it. A success marks its business key done first, even when the lease was lost
 -- (the side effect happened), and is recorded as ``succeeded`` before the ``acked``. Returns
 -- false when the lease was no longer this worker's (it expired and was reaped).
-local function ack_job(qk, job_id, token, account, job_key, succeeded, now)
+local function ack_job(qk, job_id, token, account, job_key, succeeded)
   local meta = redis.call('HGET', K_META, job_id)
   if meta then  -- the store's own record wins over the worker's
     job_key = select(4, split_meta(meta))
   end
   local external_id = nil
   if succeeded and job_key ~= '-' then
-    external_id = mark_done(job_key, job_id, now)
+    external_id = mark_done(job_key, job_id)
   end
   if succeeded then
     if external_id then
-      emit('e', 'succeeded', 'job', job_id, 'at', now, 'ext', external_id)
+      emit('e', 'succeeded', 'job', job_id, 'at', now_text(), 'ext', external_id)
     else
-      emit('e', 'succeeded', 'job', job_id, 'at', now)
+      emit('e', 'succeeded', 'job', job_id, 'at', now_text())
     end
   end
   if not release_lease(job_id, token, account, qk) then
@@ -273,11 +295,11 @@ local function ack_job(qk, job_id, token, account, job_key, succeeded, now)
   end
   -- a failure handed to its retry re-pointed the key to the retry's delivery: not done yet
   if not succeeded and job_key ~= '-' and redis.call('HGET', K_JOBKEYS, job_key) == job_id then
-    redis.call('ZADD', K_DONE, now, job_key)
+    redis.call('ZADD', K_DONE, now_text(), job_key)
   end
-  forget_job(job_id)
+  forget_job(job_id, meta)
   redis.call('HINCRBY', K_STATS, 'acked', 1)
-  emit('e', 'acked', 'job', job_id, 'at', now)
+  emit('e', 'acked', 'job', job_id, 'at', now_text())
   return true
 end
 
@@ -297,13 +319,17 @@ local function extend_leases(token, lease, first)
   return lost
 end
 
--- A worker's entry in the registry of live workers, renewed for ttl seconds (negative: it
--- leaves); entries not renewed in time are dropped, so a dead worker vanishes by itself.
-local function renew_registration(id, info, ttl, now)
+-- Drop the registry entries not renewed in time, so a dead worker vanishes by itself.
+local function sweep_registry(now)
   for _, gone in ipairs(redis.call('ZRANGEBYSCORE', K_WORKERS, '-inf', now, 'LIMIT', 0, 100)) do
     redis.call('ZREM', K_WORKERS, gone)
     redis.call('HDEL', K_WORKERINFO, gone)
   end
+end
+
+-- A worker's entry in the registry of live workers, renewed for ttl seconds (negative: it
+-- leaves).
+local function renew_registration(id, info, ttl, now)
   if ttl < 0 then
     redis.call('ZREM', K_WORKERS, id)
     redis.call('HDEL', K_WORKERINFO, id)

@@ -5,6 +5,5 @@
 -- ARGV: [1] job_id, [2] owner token, [3] account (encoded), [4] business key as stored ("-":
 --       none), [5] "1" when the task succeeded (its key is marked done), else "0".
 -- Returns 1, or 0 when the lease was no longer this worker's (it expired and was reaped).
-local owned = ack_job(queue_keys(1), ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] == '1',
-                      now_seconds())
+local owned = ack_job(queue_keys(1), ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] == '1')
 return owned and 1 or 0

@@ -25,7 +25,7 @@ local lost = {}
 for n = 0, tonumber(ARGV[10]) - 1 do
   local a = 11 + n * 5
   if not ack_job(queue_keys(tonumber(ARGV[a])), ARGV[a + 1], token, ARGV[a + 2], ARGV[a + 3],
-                 ARGV[a + 4] == '1', now) then
+                 ARGV[a + 4] == '1') then
     lost[#lost + 1] = ARGV[a + 1]
   end
 end
@@ -176,10 +176,10 @@ local function claim_from(qk, account)
   redis.call('HINCRBY', qk.running, account, 1)
   redis.call('ZADD', K_LEASES, now + lease, job_id)
   redis.call('HSET', K_OWNERS, job_id, token)
-  redis.call('HSET', qk.started, job_id, now)
-  emit('e', 'running', 'job', job_id, 'at', now, 'worker', token)
+  redis.call('HSET', qk.started, job_id, now_text())
+  emit('e', 'running', 'job', job_id, 'at', now_text(), 'worker', token)
   job_key = job_key or '-'
-  return job_id, envelope, deliveries, job_key, job_key ~= '-' and mark_started(job_key, job_id, now) or ''
+  return job_id, envelope, deliveries, job_key, job_key ~= '-' and mark_started(job_key, job_id) or ''
 end
 
 local queues = {}
@@ -232,5 +232,9 @@ for n = 1, nq do
 end
 if next_due then
   out[1] = string.format('%.6f', math.max(0, next_due - now))
+end
+-- stopped by max_skips with accounts still in rotation: ask again at once, not a poll later
+if claimed < want and live > 0 and skips > max_skips then
+  out[1] = '0'
 end
 return out

@@ -70,10 +70,10 @@ redis.call('HINCRBY', K_PENDING, account, 1)
 redis.call('SADD', K_QUEUES, queue)
 redis.call('HINCRBY', K_STATS, 'enqueued', 1)
 emit('e', 'enqueued', 'job', job_id, 'q', queue, 'a', account, 'k', job_key, 't', ARGV[9],
-     'args', ARGV[10], 'at', now, 'due', math.max(due, now))
+     'args', ARGV[10], 'at', now_text(), 'due', due > now and ARGV[5] or now_text())
 if due > now then
   make_delayed(qk, account, job_id, due)
   return {2, job_id}
 end
-make_ready(qk, account, seq, job_id, now)
+make_ready(qk, account, seq, job_id)
 return {1, job_id}

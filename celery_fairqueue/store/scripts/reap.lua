@@ -1,9 +1,11 @@
--- reap: return jobs whose lease expired (their worker died or hung) to ready, in FIFO place.
+-- reap: return jobs whose lease expired (their worker died or hung) to ready, in FIFO place,
+-- and drop the registrations of workers that stopped beating.
 -- KEYS: global keys, then the keys of every known fair queue.
 -- ARGV: [1] batch size, [2..] encoded names of the queues, in the order of their keys.
 -- Returns the number of jobs returned to ready.
 local batch = tonumber(ARGV[1])
 local now = now_seconds()
+sweep_registry(now)
 local index = {}
 for i = 1, queue_count() do
   index[ARGV[i + 1]] = i

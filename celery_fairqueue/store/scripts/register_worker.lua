@@ -4,5 +4,6 @@
 --       registration lives without another beat, or a negative number to leave the registry.
 -- Returns the heartbeat's time (Redis server time).
 local now = now_seconds()
+sweep_registry(now)
 renew_registration(ARGV[1], ARGV[2], tonumber(ARGV[3]), now)
 return string.format('%.6f', now)
