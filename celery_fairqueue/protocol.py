@@ -137,7 +137,8 @@ class EventType:
     PROMOTED = "promoted"  # a delayed job became ready
     RUNNING = "running"
     REQUEUED = "requeued"
-    ACKED = "acked"
+    ACKED = "acked"  # settled without success (a failure, a retry handed over); a success
+    #               is one "succeeded" event, written by the ack itself
     DEAD = "dead"
     ACCOUNT_DEFERRED = "account_deferred"
     ACCOUNT_READY = "account_ready"

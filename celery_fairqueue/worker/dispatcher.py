@@ -23,8 +23,8 @@ from typing import Any
 from celery.worker import state as worker_state
 
 from ..errors import FairqueueError
-from ..settings import settings_for
 from ..protocol import NO_JOB_KEY
+from ..settings import settings_for
 from ..store import Ack, ClaimedJob, FairStore, WorkerRegistration, display_url
 from .channel import FairChannel, job_message, read_envelope
 from .outage import Outage
@@ -184,10 +184,12 @@ class FairDispatcher:
             claim = self.store.claim(self.queues, free, self.token, self.default_limit(),
                                      first=self._rotation, acks=acks)
         except FairqueueError as exc:
-            # the acks go with the next claim; should none get through, the leases return the
-            # jobs (at least once, not lost)
+            # the acks go with the next claim, a moment from now; the heartbeat keeps their
+            # leases meanwhile (should this worker die first, the leases return the jobs)
             self._acks.extendleft(reversed(acks))
             self._claims.failed(exc)
+            if acks:
+                self._claim_at(GIVE_BACK_SECONDS)
             return
         self._claims.answered()
         self._rotation += 1
@@ -363,7 +365,8 @@ class FairDispatcher:
             try:
                 if now - last_beat >= s.heartbeat_interval:
                     last_beat, asked = now, True
-                    beat = self.store.beat(self.token, self.registration(), list(self.held))
+                    leased = [*self.held, *(ack.job_id for ack in list(self._acks))]
+                    beat = self.store.beat(self.token, self.registration(), leased)
                     self._check_instance(beat.instance)
                     live_workers = max(1, beat.live_workers)
                     for job_id in beat.lost:

@@ -41,10 +41,10 @@ class FairRequest(Request):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Celery's worker makes a subclass of this class per task (``create_request_cls``),
-        whose ``on_success`` replaces the one below: it is wrapped the same way."""
+        whose own ``on_success`` would skip ours: it is wrapped as Celery's is (below)."""
         super().__init_subclass__(**kwargs)
         if "on_success" in cls.__dict__:
-            cls.on_success = _noting_success(cls.__dict__["on_success"])  # type: ignore[method-assign]
+            cls.on_success = _noting_success(cls.__dict__["on_success"])
 
     def on_failure(self, exc_info: Any, send_failed_event: bool = True,
                    return_ok: bool = False) -> Any:
@@ -73,7 +73,7 @@ def _noting_success(on_success: Callable[..., Any]) -> Callable[..., Any]:
     return noting_success
 
 
-FairRequest.on_success = _noting_success(Request.on_success)  # type: ignore[method-assign]
+FairRequest.on_success = _noting_success(Request.on_success)
 
 
 class QuietGiveBack(logging.Filter):

@@ -272,7 +272,7 @@ end
 
 -- The worker finished a job (``succeeded``, or failed, or handed over to a retry): release its
 -- lease and forget it. A success marks its business key done first, even when the lease was lost
--- (the side effect happened), and is recorded as ``succeeded`` before the ``acked``. Returns
+-- (the side effect happened), and is recorded as ``succeeded`` (which says acked too). Returns
 -- false when the lease was no longer this worker's (it expired and was reaped).
 local function ack_job(qk, job_id, token, account, job_key, succeeded)
   local meta = redis.call('HGET', K_META, job_id)
@@ -299,7 +299,9 @@ local function ack_job(qk, job_id, token, account, job_key, succeeded)
   end
   forget_job(job_id, meta)
   redis.call('HINCRBY', K_STATS, 'acked', 1)
-  emit('e', 'acked', 'job', job_id, 'at', now_text())
+  if not succeeded then
+    emit('e', 'acked', 'job', job_id, 'at', now_text())
+  end
   return true
 end
 
