@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.redis_cost [--quick] [--only cpu|pickup|enqueue|idle]
 
 Plain Celery runs in ``bench.plain_app`` (nothing of this package installed); FairTask in
-``bench.app`` with the package's default poll interval (5 s: a fallback, the store wakes idle
+``bench.app`` with the package's default poll interval (30 s: a fallback, the store wakes idle
 workers). Both kinds' workers run with the harness flags (no gossip, mingle or heartbeat).
 
 (1) Redis CPU per job: Redis's own ``used_cpu_user + used_cpu_sys`` around an enqueue loop and
@@ -23,8 +23,10 @@ import random
 import time
 
 from bench._common import percentile, ratio, redis_server, runs, workers
+from celery_fairqueue.settings import FairqueueSettings
 
-os.environ["FQ_POLL_INTERVAL"] = "5.0"  # the package's default, for the workers and the app
+# the package's default fallback poll, for the workers and the app (bench.app polls every 50 ms)
+os.environ["FQ_POLL_INTERVAL"] = str(FairqueueSettings().poll_interval)
 FLAGS = {"pool": "threads", "concurrency": 4}
 KINDS = ("plain", "fair", "fair+stream")
 

@@ -14,7 +14,6 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from celery import Celery
@@ -26,16 +25,12 @@ from ..settings import FairqueueSettings, settings_for
 from .client import AnyClient, make_client, operation
 from .controls import StoreControls
 from .keys import Keys, QueueKeys, decode_id, encode_id, encode_job_key
+from .lua import load_script
 
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "trim_done",
                 "wake", "bury", "emit", "take_dead", "restore_dead", "purge_dead", "give_back",
                 "cancel", "pause", "resume", "run_now", "register_worker", "heartbeat")
 EVENTS_CHECK_SECONDS = 5.0
-
-
-def load_script_source(name: str) -> str:
-    folder = resources.files(__package__) / "scripts"
-    return (folder / "_lib.lua").read_text() + "\n" + (folder / f"{name}.lua").read_text()
 
 
 def wire(value: Any) -> Any:
@@ -128,9 +123,14 @@ class FairStore(StoreControls):
         self.client = client
         self.keys = keys
         self.settings = settings
-        self._scripts = {name: client.register_script(load_script_source(name))
-                         for name in SCRIPT_NAMES}
-        self._global = keys.global_keys()
+        sources = {name: load_script(name) for name in SCRIPT_NAMES}
+        self._scripts = {name: client.register_script(source.source)
+                         for name, source in sources.items()}
+        # each script's own global keys, then its queues', then the stream if it emits
+        self._leading = {name: [getattr(keys, key) for key in source.global_keys]
+                         for name, source in sources.items()}
+        self._trailing = {name: [keys.events] if source.events else []
+                          for name, source in sources.items()}
         self._recording = False
         self._recording_checked = float("-inf")
 
@@ -149,16 +149,17 @@ class FairStore(StoreControls):
                              transport_options=settings.redis_transport_options)
         return cls(client, Keys(settings.key_prefix), settings)
 
-    def _keys_for(self, queues: Sequence[QueueKeys]) -> list[str]:
-        keys = list(self._global)
+    def _keys_for(self, name: str, queues: Sequence[QueueKeys]) -> list[str]:
+        """The keys of one call of script ``name`` on ``queues`` (see lua.py)."""
+        keys = list(self._leading[name])
         for queue_keys in queues:
             keys.extend(queue_keys.as_list())
-        keys.append(self.keys.events)
+        keys.extend(self._trailing[name])
         return keys
 
     def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any]) -> Any:
         with operation(name):
-            return self._scripts[name](keys=self._keys_for(queues),
+            return self._scripts[name](keys=self._keys_for(name, queues),
                                        args=[wire(a) for a in args])
 
     def _run_many(self, name: str, calls: Iterable[tuple[Sequence[QueueKeys], Sequence[Any]]],
@@ -170,7 +171,7 @@ class FairStore(StoreControls):
         batch: list[tuple[list[str], list[Any]]] = []
         with operation(name):
             for queues, args in calls:
-                batch.append((self._keys_for(queues), [wire(a) for a in args]))
+                batch.append((self._keys_for(name, queues), [wire(a) for a in args]))
                 if len(batch) == chunk:
                     results.extend(self.client.run_scripts(script, batch))
                     batch = []
@@ -211,7 +212,7 @@ class FairStore(StoreControls):
             return EnqueueResult.from_reply(self._run("enqueue", [self.keys.queue(queue)], args))
         with operation("enqueue"):
             reply, acked = self.client.run_and_wait(
-                self._scripts["enqueue"], self._keys_for([self.keys.queue(queue)]),
+                self._scripts["enqueue"], self._keys_for("enqueue", [self.keys.queue(queue)]),
                 [wire(a) for a in args], wanted)
         result = EnqueueResult.from_reply(reply)  # refused (a full backlog): nothing to lose
         self.client.check_replicated(acked, wanted)

@@ -22,6 +22,10 @@ def encode_job_key(job_key: str | None) -> str:
     """A business key as the scripts hold it (in meta, jobkeys, done): encoded, or "-"."""
     return encode_id(job_key) if job_key else NO_JOB_KEY
 
+#: The store's global keys (Keys attributes), in the order a script receives those it touches.
+GLOBAL_KEY_NAMES = ("jobs", "meta", "job_keys", "done", "leases", "owners", "limits", "buckets",
+                    "queues", "seq", "deliveries", "stats", "dead", "dead_index", "markers",
+                    "pending", "pauses", "workers", "worker_info", "instance")
 QUEUE_KEY_NAMES = ("ring", "state", "ready", "nready", "paused", "delayed", "running",
                    "waiting", "started", "ndelayed")
 
@@ -181,13 +185,8 @@ class Keys:
         return self._key("workerinfo")
 
     def global_keys(self) -> list[str]:
-        """The keys every script receives first, in the order of the scripts' headers."""
-        return [
-            self.jobs, self.meta, self.job_keys, self.done, self.leases, self.owners,
-            self.limits, self.buckets, self.queues, self.seq, self.deliveries, self.stats,
-            self.dead, self.dead_index, self.markers, self.pending, self.pauses,
-            self.workers, self.worker_info, self.instance,
-        ]
+        """Every global key (see GLOBAL_KEY_NAMES)."""
+        return [getattr(self, name) for name in GLOBAL_KEY_NAMES]
 
     def queue(self, name: str) -> QueueKeys:
         """The keys of the fair queue called ``name`` (a Celery queue name)."""

@@ -66,7 +66,8 @@ def test_cluster_settings_are_read_and_checked_without_connecting():
         put(store, "acme", 1)
     assert PASSWORD not in str(raised.value) and quote(PASSWORD, safe="") not in str(raised.value)
     # the key names are those of a single Redis: one hash tag, so one slot
-    assert len({key_slot(k.encode()) for k in store._keys_for([store.keys.queue("q")])}) == 1
+    keys = store._keys_for("claim", [store.keys.queue("q")])
+    assert len({key_slot(k.encode()) for k in keys}) == 1
 
 
 @pytest.fixture

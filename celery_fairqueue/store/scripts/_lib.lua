@@ -1,19 +1,14 @@
--- Helpers shared by every script: store.py prepends this file to each script when it loads it.
+-- Helpers shared by every script: lua.py prepends this file to each script when it loads it,
+-- after a prologue that binds the K_* names of the global keys (keys.GLOBAL_KEY_NAMES) the
+-- script touches, itself or through these helpers, and NGLOBAL, their number.
 --
--- KEYS (every script): the 20 global keys of keys.Keys.global_keys(), then 10 keys per fair
--- queue in the order of keys.QUEUE_KEY_NAMES: ring, state, ready, nready, paused, delayed,
--- running, waiting, started, ndelayed; then the event stream.
+-- KEYS (every script): those global keys, then 10 keys per fair queue in the order of
+-- keys.QUEUE_KEY_NAMES: ring, state, ready, nready, paused, delayed, running, waiting, started,
+-- ndelayed; then, for a script that emits events, the event stream (K_EVENTS).
 -- Account ids and queue names arrive percent-encoded (no spaces, no "|", no braces).
 -- All times are Redis server time, so workers with skewed clocks agree on leases and buckets.
 
-local K_JOBS, K_META, K_JOBKEYS, K_DONE, K_LEASES, K_OWNERS, K_LIMITS, K_BUCKETS, K_QUEUES,
-  K_SEQ, K_DELIVERIES, K_STATS, K_DEAD, K_DEADINDEX, K_MARKERS, K_PENDING, K_PAUSES,
-  K_WORKERS, K_WORKERINFO, K_INSTANCE = unpack(KEYS, 1, 20)
-local NGLOBAL = 20
 local NQKEYS = 10
--- the event stream is not one of KEYS[1..20]: it is the first key after the queues' keys, so
--- every script gets it last (see store.FairStore._run)
-local K_EVENTS = KEYS[#KEYS]
 local EVENTS_MAXLEN = 1000000
 
 -- Redis's clock, read once per script run; now_text() is it as a script argument (a Lua number
@@ -35,7 +30,7 @@ local function now_text()
 end
 
 local function queue_count()
-  return (#KEYS - NGLOBAL - 1) / NQKEYS
+  return (#KEYS - NGLOBAL - (K_EVENTS and 1 or 0)) / NQKEYS
 end
 
 -- Record a state transition for the recorder (events.py), only once a recorder has created the
