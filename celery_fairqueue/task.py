@@ -175,8 +175,7 @@ class ReliableTask(Task):
 
     def delay_on_commit(self, *args: Any, **kwargs: Any) -> None:
         """Celery's ``DjangoTask.delay_on_commit``: enqueue once the current Django transaction
-        commits, and not at all if it rolls back (Celery's own, so Django is imported only
-        where it is used)."""
+        commits, not if it rolls back (Celery's own; Django is imported only here)."""
         from celery.contrib.django.task import DjangoTask
 
         DjangoTask.delay_on_commit(self, *args, **kwargs)
@@ -220,7 +219,7 @@ class ReliableTask(Task):
         job_key = job_key_of(request)
         request.job_key = job_key  # the public name, whichever header carried it
         job_id = delivery_of(request)
-        claimed = self._claimed_marker() is not None  # its ack marks the key done
+        by_ack = self._settled_by_ack()
         with self._store_or_give_back("read or write its started marker"):
             answered, value = self._before_run(job_key, job_id, args, kwargs)
         if answered:
@@ -239,16 +238,15 @@ class ReliableTask(Task):
             self._on_job_failure(exc, job_id, args, kwargs)
             raise
         external_id = getattr(request, "fairqueue_external_id", None)
-        if job_key and (external_id or not claimed):  # the external id is known here only
+        if job_key and (external_id or not by_ack):  # the external id is known here only
             self._mark_done(job_key, job_id, external_id)
-        if not claimed:
+        if not by_ack:
             self._emit(EventType.SUCCEEDED, job=job_id, external_id=external_id)
         return result
 
     def _mark_done(self, job_key: str, job_id: str, external_id: str | None) -> None:
-        """Write the done marker, waiting out a store that fails for a moment (a failover, a
-        slow script) for up to ``fairqueue_enqueue_timeout``: the side effect has happened, and
-        this marker is what keeps a redelivery from repeating it. Then give the job back (a
+        """Write the done marker, waiting out a failing store for up to
+        ``fairqueue_enqueue_timeout``: the side effect has happened. Then give the job back (a
         redelivery asks ``already_applied``, or repeats the call with the same key)."""
         deadline = time.monotonic() + settings_for(self.app).enqueue_timeout
         pause = 0.1
@@ -263,10 +261,14 @@ class ReliableTask(Task):
                 pause = min(2 * pause, 1.0)
 
     def _claimed_marker(self) -> str | None:
-        """For a job claimed from the fair store, the marker its claim found ("" none): the
-        claim wrote the started marker and the ack writes the done one, each in the round trip
-        of the lease's own step. None for any other delivery."""
+        """For a job claimed from the fair store, the marker as its claim found it ("" none);
+        the claim wrote the started one. None for any other delivery."""
         return getattr(self.request, MARKER_HEADER, None) if is_fair(self) else None
+
+    def _settled_by_ack(self) -> bool:
+        """A claimed job acked after it ran (FairTask's ``acks_late``): its ack marks the key
+        done and records the success, in the round trip of the lease's own step."""
+        return bool(self.acks_late) and self._claimed_marker() is not None
 
     def _before_run(self, job_key: str | None, job_id: str, args: Sequence[Any],
                     kwargs: dict[str, Any]) -> tuple[bool, Any]:
@@ -291,7 +293,7 @@ class ReliableTask(Task):
             if claimed is None:
                 store.mark_started(job_key, job_id)
             return False, None
-        if claimed is None:
+        if not self._settled_by_ack():
             self._emit(EventType.SUCCEEDED, job=job_id, external_id=external_id)
         return True, external_id
 
@@ -309,8 +311,7 @@ class ReliableTask(Task):
 
     def _give_back(self, exc: StoreUnavailableError, doing: str) -> GiveBack:
         """What to raise when the fair store failed the job's own write: the job goes back,
-        neither acked away nor dead-lettered; if even that write fails, its lease expires and
-        the reaper returns it."""
+        neither acked away nor dead-lettered (should that fail too, its lease returns it)."""
         logger.warning("fairqueue: %s[%s] could not %s (%s); given back to run again",
                        self.name, self.request.id, doing, exc)
         return GiveBack(f"the fair store failed: {exc}", requeue=True)

@@ -38,8 +38,8 @@ def _record(key: str, account: str, started: float) -> None:
 
 @signals.task_prerun.connect
 def _fill_redis_at_first_start(**_kwargs) -> None:
-    """The full-Redis test: the first job to start fills Redis up (maxmemory below use) just
-    before its started marker is written, as a growing backlog would."""
+    """The full-Redis test: the first job to start fills Redis up (maxmemory below use), as a
+    growing backlog would, so its own writes and its settling meet a full Redis."""
     if os.environ.get("FQ_FILL_REDIS_AT_FIRST_START") and _ledger.set("filled", 1, nx=True):
         _ledger.config_set("maxmemory", 1)
 
@@ -51,6 +51,14 @@ def job(self, account_id: str, n: int, seconds: float = 0.0) -> int:
     if seconds:
         time.sleep(seconds)
     _record(f"{account_id}:{n}", account_id, started)
+    return n
+
+
+@app.task(base=FairTask, bind=True, account_arg="account_id", job_key=("account_id", "n"),
+          acks_late=False)
+def acked_early(self, account_id: str, n: int) -> int:
+    """Acked before it runs (a user's ``acks_late=False``): its run writes its done marker."""
+    _record(f"early:{account_id}:{n}", account_id, time.time())
     return n
 
 

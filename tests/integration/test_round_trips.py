@@ -81,3 +81,12 @@ def test_a_claim_cut_short_by_max_skips_asks_to_claim_again_at_once(make_store):
     claim = store.claim(["default"], 1, "w", no_limit)  # a and b are skipped, then it stops
     assert claim.jobs == [] and claim.next_due == 0  # c is still in rotation: again at once
     assert [job.account for job in store.claim(["default"], 1, "w", no_limit).jobs] == ["c"]
+
+
+def test_a_fair_task_acked_before_it_runs_still_marks_its_key_done(fair, celery_worker_factory,
+                                                                   fair_store):
+    result = fair.acked_early.delay("acme", 7)
+    celery_worker_factory(APP)
+    assert result.get(timeout=20) == 7
+    key = fair.acked_early.business_key("acme", ("acme", 7), {})
+    assert wait_until(lambda: (fair_store.marker(key) or {}).get("state") == "done", timeout=10)
