@@ -10,7 +10,7 @@ import os
 import time
 
 import redis
-from celery import Celery, signals
+from celery import Celery
 
 import celery_fairqueue
 from celery_fairqueue import FairTask
@@ -34,14 +34,6 @@ def _record(key: str, account: str, started: float) -> None:
     _ledger.rpush("runs", json.dumps({"key": key, "account": account, "start": started,
                                       "end": time.time(), "pid": os.getpid(),
                                       "redis_end": seconds + micros / 1e6}))
-
-
-@signals.task_prerun.connect
-def _fill_redis_at_first_start(**_kwargs) -> None:
-    """The full-Redis test: the first job to start fills Redis up (maxmemory below use), as a
-    growing backlog would, so its own writes and its settling meet a full Redis."""
-    if os.environ.get("FQ_FILL_REDIS_AT_FIRST_START") and _ledger.set("filled", 1, nx=True):
-        _ledger.config_set("maxmemory", 1)
 
 
 @app.task(base=FairTask, bind=True, account_arg="account_id", job_key=("account_id", "n"))

@@ -38,16 +38,23 @@ def assert_ran_once_each(ledger, keys) -> None:
     assert ledger.counts() == {key: 1 for key in keys}
 
 
-def test_a_full_redis_loses_no_job(fair, celery_worker_factory, redis_client, ledger):
+def test_a_full_redis_loses_no_job(split, celery_worker_factory, ledger):
+    # the store alone fills up while jobs run: the jobs' own side effects still land, their
+    # acks (with the done markers) and every claim are refused until Redis has room again
+    worker = celery_worker_factory(SPLIT, concurrency=4, env={
+        **SHORT_LEASES, "FQ_STORE_REDIS_URL": split.store_server.url})
     for n in range(20):
-        fair.job.delay("acme", n)
-    worker = celery_worker_factory(APP, concurrency=4,
-                                   env={**SHORT_LEASES, "FQ_FILL_REDIS_AT_FIRST_START": "1"})
-    worker.wait_for_log("is full (maxmemory)", timeout=20)
-    time.sleep(2)  # full for a while: claims, requeues and settles are refused too
-    redis_client.config_set("maxmemory", 0)
+        split.storm_job.delay("acme", n, 0.1)
+    assert wait_until(lambda: len(ledger) >= 4, timeout=20)
+    store_redis = split.store_server.client()
+    store_redis.config_set("maxmemory", 1)
+    try:
+        worker.wait_for_log("is full (maxmemory)", timeout=20)
+        time.sleep(2)  # full for a while: claims, acks and give-backs are refused
+    finally:
+        store_redis.config_set("maxmemory", 0)
     assert_ran_once_each(ledger, [f"acme:{n}" for n in range(20)])
-    assert DeadLetters(fair.app).count() == 0
+    assert DeadLetters(split.app).count() == 0
     assert worker.is_alive() and "Unrecoverable error" not in worker.log_path.read_text()
 
 
