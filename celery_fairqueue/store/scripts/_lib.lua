@@ -185,14 +185,15 @@ local function read_marker(job_key)
   return raw, (ok and type(marker) == 'table') and marker or nil
 end
 
--- The claim hands a job with a business key to a worker: unless the key is done already, its
--- started marker is written here, before the side effect can begin. Returns the marker as it
--- was ('' when none), for the task to decide whether to run or to reconcile.
+-- Write a key's marker, as task.py reads it (JSON: state, job_id, at).
 local function write_marker(job_key, state, job_id)
   redis.call('HSET', K_MARKERS, job_key, '{"state":"' .. state .. '","job_id":' ..
              cjson.encode(job_id) .. ',"at":' .. now_text() .. '}')
 end
 
+-- The claim hands a job with a business key to a worker: unless the key is done already, its
+-- started marker is written here, before the side effect can begin. Returns the marker as it
+-- was ('' when none), for the task to decide whether to run or to reconcile.
 local function mark_started(job_key, job_id)
   local raw, marker = read_marker(job_key)
   if not (marker and marker.state == 'done') then
