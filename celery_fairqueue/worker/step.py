@@ -4,9 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery import bootsteps
+from celery import Celery, bootsteps
+from kombu.transport.redis import Transport as RedisTransport
 
 from .dispatcher import FairDispatcher
+
+# How long a fair worker's BRPOP on a Redis broker waits before it asks again: kombu's
+# ``polling_interval`` transport option, 1 s by default. A message still arrives at once; the
+# wait only paces an idle worker's questions (and kombu's check of a silent connection, which
+# comes this much later). Fair jobs never pass through the broker: the store wakes the worker.
+BROKER_POLL_SECONDS = 5.0
+
+
+def pace_broker_polling(app: Celery) -> None:
+    """Let an idle fair worker ask a Redis broker for messages every :data:`BROKER_POLL_SECONDS`
+    instead of every second, unless the app sets ``polling_interval`` itself. Other brokers
+    are left as they are: there ``polling_interval`` is a sleep between polls."""
+    options = app.conf.broker_transport_options or {}
+    if "polling_interval" in options:
+        return
+    connection = app.connection_for_read()
+    try:
+        if not issubclass(connection.get_transport_cls(), RedisTransport):
+            return
+    finally:
+        connection.release()
+    app.conf.broker_transport_options = {**options, "polling_interval": BROKER_POLL_SECONDS}
 
 
 class FairConsumerStep(bootsteps.StartStopStep):
@@ -18,6 +41,7 @@ class FairConsumerStep(bootsteps.StartStopStep):
     def __init__(self, c: Any, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
         self.dispatcher: FairDispatcher | None = None
+        pace_broker_polling(c.app)  # before the Connection step connects to the broker
 
     def start(self, c: Any) -> None:
         if self.dispatcher is None:

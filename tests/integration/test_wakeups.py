@@ -40,3 +40,16 @@ def test_a_lost_wake_up_connection_is_made_again_and_nothing_waits(fair, celery_
     job = fair.job.delay("acme", 3)  # signalled while nobody listens, or to the new subscription
     assert job.get(timeout=15) == 3
     assert wait_until(listening, timeout=10)
+
+
+def test_an_idle_worker_asks_the_redis_broker_every_five_seconds_not_every_second(
+        fair, idle_worker, redis_client):
+    def brpops() -> int:
+        return int(redis_client.info("commandstats").get("cmdstat_brpop", {}).get("calls", 0))
+
+    before = brpops()
+    time.sleep(6)
+    assert brpops() - before <= 2  # kombu's own pace (1 s) asks 6 times
+    sent = time.monotonic()
+    assert fair.plain.delay("broker-message").get(timeout=15) == "broker-message"
+    assert time.monotonic() - sent < 4  # the waiting BRPOP returned with it, not at its timeout

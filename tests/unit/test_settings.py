@@ -5,6 +5,7 @@ from celery import Celery
 
 from celery_fairqueue import ConfigurationError
 from celery_fairqueue.settings import FairqueueSettings
+from celery_fairqueue.worker.step import pace_broker_polling
 
 
 def test_defaults_take_the_redis_broker_url():
@@ -66,3 +67,19 @@ def test_the_guide_lists_the_django_apps_own_settings():
     guide = (Path(__file__).parents[2] / "docs" / "guide.md").read_text()
     assert "| `fairqueue_recorder` | `CELERY_FAIRQUEUE_RECORDER` | `False` |" in guide
     assert "| - | `CELERY_FAIRQUEUE_APP` | `None` |" in guide
+
+
+@pytest.mark.parametrize("broker, options, paced", [
+    ("redis://127.0.0.1:6390/0", {}, 5.0),
+    ("sentinel://127.0.0.1:26379/0", {"master_name": "m"}, 5.0),
+    ("redis://127.0.0.1:6390/0", {"polling_interval": 1}, 1),  # the app's own choice stays
+    ("amqp://127.0.0.1//", {}, None),  # elsewhere polling_interval is a sleep between polls
+])
+def test_a_fair_worker_paces_only_a_redis_brokers_polling(broker, options, paced):
+    app = Celery("t", broker=broker)
+    app.conf.broker_transport_options = dict(options)
+    pace_broker_polling(app)
+    assert app.conf.broker_transport_options.get("polling_interval") == paced
+    assert {k: v for k, v in app.conf.broker_transport_options.items()
+            if k != "polling_interval"} == {k: v for k, v in options.items()
+                                            if k != "polling_interval"}
