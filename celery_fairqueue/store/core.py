@@ -34,14 +34,14 @@ EVENTS_CHECK_SECONDS = 5.0
 
 
 def wire(value: Any) -> Any:
-    """A script argument as Redis can take it: a string with a lone surrogate (a file name
-    from ``os.fsdecode``, say) cannot be UTF-8 encoded, so it is kept with the surrogate
-    escaped instead of failing the whole call."""
+    """A script argument as Redis can take it, a string as its UTF-8 bytes: one with a lone
+    surrogate (a file name from ``os.fsdecode``, say) cannot be UTF-8 encoded, so it is kept
+    with the surrogate escaped instead of failing the whole call."""
     if isinstance(value, str):
         try:
-            value.encode()
+            return value.encode()
         except UnicodeEncodeError:
-            return value.encode("utf-8", "backslashreplace").decode()
+            return value.encode("utf-8", "backslashreplace")
     return value
 
 
@@ -153,7 +153,7 @@ class FairStore(StoreControls):
         """The keys of one call of script ``name`` on ``queues`` (see lua.py)."""
         keys = list(self._leading[name])
         for queue_keys in queues:
-            keys.extend(queue_keys.as_list())
+            keys.extend(queue_keys.keys)
         keys.extend(self._trailing[name])
         return keys
 
@@ -263,8 +263,8 @@ class FairStore(StoreControls):
         """The job ran (or handed over to its retry): release its lease and slot; a success
         marks its business key (``stored_key``, see ClaimedJob) done. A claiming worker acks
         with its next :meth:`claim` instead."""
-        return bool(self._run("ack", [self.keys.queue(queue)], [
-            job_id, token, encode_id(account), stored_key, "1" if succeeded else "0"]))
+        ack = Ack(queue, account, job_id, stored_key, succeeded)
+        return bool(self._run("ack", [self.keys.queue(queue)], [token, *ack.args(1)]))
 
     def requeue(self, queue: str, account: str, job_id: str, token: str) -> bool:
         """Give a leased job back to ready, in its FIFO place."""

@@ -28,6 +28,7 @@ GLOBAL_KEY_NAMES = ("jobs", "meta", "job_keys", "done", "leases", "owners", "lim
                     "pending", "pauses", "workers", "worker_info", "instance")
 QUEUE_KEY_NAMES = ("ring", "state", "ready", "nready", "paused", "delayed", "running",
                    "waiting", "started", "ndelayed")
+MAX_CACHED_QUEUES = 1024  # Keys.queue's made QueueKeys, by queue name
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,10 @@ class QueueKeys:
     started: str  # hash job_id -> time its running lease was taken
     ndelayed: str  # hash account -> number of delayed jobs
 
-    def as_list(self) -> list[str]:
-        return [getattr(self, name) for name in QUEUE_KEY_NAMES]
+    @cached_property
+    def keys(self) -> tuple[str, ...]:
+        """The keys in the order the scripts expect them (KEYS after the global ones)."""
+        return tuple(getattr(self, name) for name in QUEUE_KEY_NAMES)
 
     @property
     def wake(self) -> str:
@@ -64,6 +67,7 @@ class Keys:
                 f"fairqueue_key_prefix {prefix!r} must be non-empty, no braces or spaces")
         self.prefix = prefix
         self.tag = "{" + prefix + "}"
+        self._queues: dict[str, QueueKeys] = {}
 
     def _key(self, name: str) -> str:
         return f"{self.tag}:{name}"
@@ -189,6 +193,13 @@ class Keys:
         return [getattr(self, name) for name in GLOBAL_KEY_NAMES]
 
     def queue(self, name: str) -> QueueKeys:
-        """The keys of the fair queue called ``name`` (a Celery queue name)."""
-        base = f"{self.tag}:q:{encode_id(name)}"
-        return QueueKeys(*(f"{base}:{part}" for part in QUEUE_KEY_NAMES))
+        """The keys of the fair queue called ``name`` (a Celery queue name); made once per
+        name, as every enqueue and claim asks for them."""
+        made = self._queues.get(name)
+        if made is None:
+            base = f"{self.tag}:q:{encode_id(name)}"
+            made = QueueKeys(*(f"{base}:{part}" for part in QUEUE_KEY_NAMES))
+            if len(self._queues) >= MAX_CACHED_QUEUES:  # names from callers: keep it bounded
+                self._queues.clear()
+            self._queues[name] = made
+        return made

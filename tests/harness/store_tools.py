@@ -2,8 +2,7 @@
 
 from collections.abc import Iterable, Sequence
 
-from celery_fairqueue.protocol import encode_id
-from celery_fairqueue.store import ClaimedJob, FairStore
+from celery_fairqueue.store import Ack, ClaimedJob, FairStore
 
 
 def claim_jobs(store: FairStore, queues: Sequence[str], want: int, token: str,
@@ -16,6 +15,7 @@ def ack_many(store: FairStore, jobs: Iterable[ClaimedJob], token: str,
              chunk: int = 1000) -> list[bool]:
     """Ack each claimed job, ``chunk`` a round trip, for tests that claim and settle in bulk
     without a worker (the scale test)."""
-    calls = (([store.keys.queue(job.queue)], [job.job_id, token, encode_id(job.account)])
+    calls = (([store.keys.queue(job.queue)],
+              [token, *Ack(job.queue, job.account, job.job_id, job.stored_key).args(1)])
              for job in jobs)
     return [bool(done) for done in store._run_many("ack", calls, chunk)]

@@ -32,7 +32,7 @@ def test_empty_or_huge_ids_are_refused(bad):
 def test_every_key_of_a_queue_shares_the_hash_tag():
     keys = Keys("fq")
     queue = keys.queue("we{ird} queue")
-    for key in [*keys.global_keys(), *queue.as_list()]:
+    for key in [*keys.global_keys(), *queue.keys]:
         assert key.startswith("{fq}:")
         assert key.count("{") == 1 and key.count("}") == 1
 

@@ -2,8 +2,9 @@
 -- A worker that is claiming acks with its next claim instead (claim.lua); this is the ack of one
 -- that stopped claiming, and of the test runner.
 -- KEYS: global keys, then the keys of the job's queue.
--- ARGV: [1] job_id, [2] owner token, [3] account (encoded), [4] business key as stored ("-":
---       none), [5] "1" when the task succeeded (its key is marked done), else "0".
+-- ARGV: [1] owner token, then the job as claim.lua's acks give it: [2] queue index (1), [3]
+--       job_id, [4] account (encoded), [5] business key as stored ("-": none), [6] "1" when the
+--       task succeeded (its key is marked done), else "0".
 -- Returns 1, or 0 when the lease was no longer this worker's (it expired and was reaped).
-local owned = ack_job(queue_keys(1), ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] == '1')
+local owned = ack_job(queue_keys(1), ARGV[3], ARGV[1], ARGV[4], ARGV[5], ARGV[6] == '1')
 return owned and 1 or 0
