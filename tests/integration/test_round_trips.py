@@ -3,6 +3,7 @@ leases it (which writes its started marker) and the next claim, which acks it an
 done (shared with the jobs that claim leases)."""
 
 import threading
+import time
 from collections import Counter
 
 from tests.harness import wait_until
@@ -90,3 +91,20 @@ def test_a_fair_task_acked_before_it_runs_still_marks_its_key_done(fair, celery_
     assert result.get(timeout=20) == 7
     key = fair.acked_early.business_key("acme", ("acme", 7), {})
     assert wait_until(lambda: (fair_store.marker(key) or {}).get("state") == "done", timeout=10)
+
+
+def test_a_claim_with_nothing_due_reads_each_sets_head_once_and_promotes_nothing(
+        make_store, redis_client):
+    store = make_store()
+    store.enqueue(queue="default", account="a", job_id="later:0", envelope="{}",
+                  due=time.time() + 60)
+    store.enqueue(queue="default", account="b", job_id="now:0", envelope="{}")
+    store.client.hset(store.keys.limits, "b", "1 1 0 -")  # one a second, and no token left:
+    store.client.hset(store.keys.buckets, "b", "0 9999999999")  # the claim defers b for 1 s
+    redis_client.config_resetstat()
+    claim = store.claim(["default"], 1, "w", "0 1 0 -")
+    commands = redis_client.info("commandstats")
+    assert claim.jobs == []
+    assert "cmdstat_zrangebyscore" not in commands  # nothing was due: no promotion asked
+    assert commands["cmdstat_zrange"]["calls"] == 2  # the delayed and paused heads, once each
+    assert claim.next_due is not None and 0.9 < claim.next_due <= 1.0  # b, deferred just now

@@ -269,7 +269,8 @@ end
 -- The worker finished a job (``succeeded``, or failed, or handed over to a retry): release its
 -- lease and forget it. A success marks its business key done first, even when the lease was lost
 -- (the side effect happened), and is recorded as ``succeeded`` (which says acked too). Returns
--- false when the lease was no longer this worker's (it expired and was reaped).
+-- false when the lease was no longer this worker's (it expired and was reaped). The caller
+-- counts the acked jobs in K_STATS (a claim, once for all it carries).
 local function ack_job(qk, job_id, token, account, job_key, succeeded)
   local meta = redis.call('HGET', K_META, job_id)
   if meta then  -- the store's own record wins over the worker's
@@ -294,7 +295,6 @@ local function ack_job(qk, job_id, token, account, job_key, succeeded)
     redis.call('ZADD', K_DONE, now_text(), job_key)
   end
   forget_job(job_id, meta)
-  redis.call('HINCRBY', K_STATS, 'acked', 1)
   if not succeeded then
     emit('e', 'acked', 'job', job_id, 'at', now_text())
   end

@@ -21,17 +21,34 @@ local batch, max_skips, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), t
 local nq = tonumber(ARGV[9])
 local now = now_seconds()
 
-local lost = {}
+-- each queue's keys (queue_keys), made once per call
+local queues = {}
+local function queue_at(i)
+  queues[i] = queues[i] or queue_keys(i)
+  return queues[i]
+end
+
+local lost, acked = {}, 0
 for n = 0, tonumber(ARGV[10]) - 1 do
   local a = 11 + n * 5
-  if not ack_job(queue_keys(tonumber(ARGV[a])), ARGV[a + 1], token, ARGV[a + 2], ARGV[a + 3],
-                 ARGV[a + 4] == '1') then
+  if ack_job(queue_at(tonumber(ARGV[a])), ARGV[a + 1], token, ARGV[a + 2], ARGV[a + 3],
+             ARGV[a + 4] == '1') then
+    acked = acked + 1
+  else
     lost[#lost + 1] = ARGV[a + 1]
   end
 end
+if acked > 0 then
+  redis.call('HINCRBY', K_STATS, 'acked', acked)
+end
 
--- Due delayed jobs become ready; accounts whose pause is over rejoin the rotation.
-local function promote(qk)
+-- The earliest score of a sorted set (a due time), or nil when it is empty.
+local function first_due(key)
+  local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
+  return head and tonumber(head)
+end
+
+local function promote_delayed(qk)
   for _, job_id in ipairs(redis.call('ZRANGEBYSCORE', qk.delayed, '-inf', now, 'LIMIT', 0, batch)) do
     local due = tonumber(redis.call('ZSCORE', qk.delayed, job_id))
     redis.call('ZREM', qk.delayed, job_id)
@@ -43,10 +60,28 @@ local function promote(qk)
       emit('e', 'promoted', 'job', job_id, 'at', now)
     end
   end
+end
+
+local function promote_paused(qk)
   for _, account in ipairs(redis.call('ZRANGEBYSCORE', qk.paused, '-inf', now, 'LIMIT', 0, batch)) do
     redis.call('ZREM', qk.paused, account)
     rotate_in_or_forget(qk, account, true)
     emit('e', 'account_ready', 'q', qk.name, 'a', account, 'at', now)
+  end
+end
+
+-- Due delayed jobs become ready; accounts whose pause is over rejoin the rotation. Each set's
+-- head is read first (usually it is not due: nothing to promote) and kept on qk as the next due
+-- time the claim returns; a pause the claim itself makes lowers it (see pause).
+local function promote(qk)
+  qk.next_delayed, qk.next_paused = first_due(qk.delayed), first_due(qk.paused)
+  if qk.next_delayed and qk.next_delayed <= now then
+    promote_delayed(qk)
+    qk.next_delayed = first_due(qk.delayed)
+  end
+  if qk.next_paused and qk.next_paused <= now then
+    promote_paused(qk)
+    qk.next_paused = first_due(qk.paused)
   end
 end
 
@@ -90,6 +125,7 @@ end
 local function pause(qk, account, wake, waiting)
   redis.call('HSET', qk.state, account, 'p')
   redis.call('ZADD', qk.paused, wake, account)
+  qk.next_paused = math.min(qk.next_paused or wake, wake)
   redis.call('HINCRBY', K_STATS, 'deferred', waiting)
   emit('e', 'account_deferred', 'q', qk.name, 'a', account, 'at', now, 'due', wake)
 end
@@ -182,11 +218,9 @@ local function claim_from(qk, account)
   return job_id, envelope, deliveries, job_key, job_key ~= '-' and mark_started(job_key, job_id) or ''
 end
 
-local queues = {}
 local out, claimed, skips, live, empty = {-1, lost}, 0, 0, nq, {}
 for i = 1, nq do
-  queues[i] = queue_keys(i)
-  promote(queues[i])
+  promote(queue_at(i))
   if queue_paused(queues[i]) then
     empty[i] = true  -- paused by an operator: its jobs stay ready
     live = live - 1
@@ -223,11 +257,8 @@ end
 -- tell the worker when to ask again, so a paused account runs the moment its token is there
 local next_due = nil
 for n = 1, nq do
-  for _, key in ipairs({queues[n].paused, queues[n].delayed}) do
-    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
-    if head and (not next_due or tonumber(head) < next_due) then
-      next_due = tonumber(head)
-    end
+  for _, due in pairs({queues[n].next_paused, queues[n].next_delayed}) do
+    next_due = math.min(next_due or due, due)
   end
 end
 if next_due then
