@@ -4,8 +4,10 @@ import time
 
 import pytest
 
+from celery_fairqueue.errors import BacklogFullError
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.store import FairStore, WorkerRegistration
+from celery_fairqueue.store.keys import decode_id
 from tests.harness.store_tools import ack_many, claim_jobs
 
 from .conftest import put
@@ -260,3 +262,21 @@ def test_bulk_enqueue_and_ack_behave_as_one_call_each(store):
     assert ack_many(store, claimed, TOKEN, chunk=2) == [True] * 5
     assert ack_many(store, claimed, TOKEN) == [False] * 5  # settled already
     assert store.counts("default")["running"] == 0
+
+
+def test_a_job_refused_by_a_backlog_bound_leaves_every_count_as_it_was(make_store):
+    store = make_store(max_pending_per_account=2, max_pending=3)
+
+    def pending() -> dict[str, int]:
+        return {decode_id(a): int(n)
+                for a, n in store.client.hgetall(store.keys.pending).items()}
+
+    for n in range(2):
+        store.enqueue(queue="default", account="whale", job_id=f"w{n}:0", envelope="{}")
+    with pytest.raises(BacklogFullError, match="per_account"):
+        store.enqueue(queue="default", account="whale", job_id="w2:0", envelope="{}")
+    store.enqueue(queue="default", account="minnow", job_id="m0:0", envelope="{}")
+    with pytest.raises(BacklogFullError, match="fairqueue_max_pending "):
+        store.enqueue(queue="default", account="newcomer", job_id="n0:0", envelope="{}")
+    assert pending() == {"whale": 2, "minnow": 1}  # no count for the refused, none left over
+    assert store.client.hlen(store.keys.meta) == 3

@@ -48,12 +48,14 @@ if job_key ~= '-' and dedupe == '1' then
     end
   end
 end
+-- the account's pending jobs, this one counted: a refused job takes its count back
+local pending = redis.call('HINCRBY', K_PENDING, account, 1)
 if dedupe == '1' then
-  if max_pending > 0 and hget_number(K_PENDING, account) >= max_pending then
-    return {4, ''}
-  end
-  if max_jobs > 0 and redis.call('HLEN', K_META) >= max_jobs then
-    return {5, ''}
+  local refused = (max_pending > 0 and pending > max_pending and 4) or
+                  (max_jobs > 0 and redis.call('HLEN', K_META) >= max_jobs and 5)
+  if refused then
+    hincr_or_drop(K_PENDING, account, -1)
+    return {refused, ''}
   end
 end
 take_letter()
@@ -66,7 +68,6 @@ local seq = ARGV[14] .. string.format('%015d', redis.call('INCR', K_SEQ))
 redis.call('HSET', K_JOBS, job_id, envelope)
 local expires = ARGV[15] ~= '' and (' ' .. ARGV[15]) or ''
 redis.call('HSET', K_META, job_id, queue .. ' ' .. account .. ' ' .. seq .. ' ' .. job_key .. expires)
-redis.call('HINCRBY', K_PENDING, account, 1)
 redis.call('SADD', K_QUEUES, queue)
 redis.call('HINCRBY', K_STATS, 'enqueued', 1)
 emit('e', 'enqueued', 'job', job_id, 'q', queue, 'a', account, 'k', job_key, 't', ARGV[9],
