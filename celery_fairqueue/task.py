@@ -221,7 +221,7 @@ class ReliableTask(Task):
         job_id = delivery_of(request)
         by_ack = self._settled_by_ack()
         with self._store_or_give_back("read or write its started marker"):
-            answered, value = self._before_run(job_key, job_id, args, kwargs)
+            answered, value = self._before_run(job_key, job_id, args, kwargs, by_ack)
         if answered:
             return value
         try:
@@ -271,7 +271,7 @@ class ReliableTask(Task):
         return bool(self.acks_late) and self._claimed_marker() is not None
 
     def _before_run(self, job_key: str | None, job_id: str, args: Sequence[Any],
-                    kwargs: dict[str, Any]) -> tuple[bool, Any]:
+                    kwargs: dict[str, Any], by_ack: bool) -> tuple[bool, Any]:
         """Consult the markers: ``(True, external id)`` when the job must not run again (done,
         or reconciled), else write the started marker and return ``(False, None)``."""
         if not job_key:
@@ -293,7 +293,7 @@ class ReliableTask(Task):
             if claimed is None:
                 store.mark_started(job_key, job_id)
             return False, None
-        if not self._settled_by_ack():
+        if not by_ack:  # else the ack records the success
             self._emit(EventType.SUCCEEDED, job=job_id, external_id=external_id)
         return True, external_id
 
