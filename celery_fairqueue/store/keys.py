@@ -188,10 +188,6 @@ class Keys:
         """Hash worker id -> "heartbeat JSON" (name, queues, slots) of a live worker."""
         return self._key("workerinfo")
 
-    def global_keys(self) -> list[str]:
-        """Every global key (see GLOBAL_KEY_NAMES)."""
-        return [getattr(self, name) for name in GLOBAL_KEY_NAMES]
-
     def queue(self, name: str) -> QueueKeys:
         """The keys of the fair queue called ``name`` (a Celery queue name); made once per
         name, as every enqueue and claim asks for them."""

@@ -2,7 +2,13 @@
 
 import pytest
 
-from celery_fairqueue.store.keys import MAX_ID_LENGTH, Keys, decode_id, encode_id
+from celery_fairqueue.store.keys import (
+    GLOBAL_KEY_NAMES,
+    MAX_ID_LENGTH,
+    Keys,
+    decode_id,
+    encode_id,
+)
 
 HOSTILE = ["*", "{x}", "a|b", "new\nline", "sp ace", "ümlaut-账户", "x" * 1024, "%41", "a:b", "}{"]
 
@@ -32,7 +38,7 @@ def test_empty_or_huge_ids_are_refused(bad):
 def test_every_key_of_a_queue_shares_the_hash_tag():
     keys = Keys("fq")
     queue = keys.queue("we{ird} queue")
-    for key in [*keys.global_keys(), *queue.keys]:
+    for key in [*(getattr(keys, name) for name in GLOBAL_KEY_NAMES), *queue.keys]:
         assert key.startswith("{fq}:")
         assert key.count("{") == 1 and key.count("}") == 1
 

@@ -6,7 +6,8 @@
 --       job_id, [4] account (encoded), [5] business key as stored ("-": none), [6] "1" when the
 --       task succeeded (its key is marked done), else "0".
 -- Returns 1, or 0 when the lease was no longer this worker's (it expired and was reaped).
-if not ack_job(queue_keys(1), ARGV[3], ARGV[1], ARGV[4], ARGV[5], ARGV[6] == '1') then
+if not ack_job(queue_keys(tonumber(ARGV[2])), ARGV[3], ARGV[1], ARGV[4], ARGV[5],
+               ARGV[6] == '1') then
   return 0
 end
 redis.call('HINCRBY', K_STATS, 'acked', 1)
