@@ -2,6 +2,9 @@
 
 import os
 import signal
+import threading
+import time
+import uuid
 from types import ModuleType
 
 import pytest
@@ -38,6 +41,34 @@ def test_redis_server_answers_on_a_private_port(redis_server, redis_client):
 
 def test_redis_client_starts_each_test_empty(redis_client):
     assert redis_client.dbsize() == 0
+
+
+def test_a_result_published_while_celery_resubscribes_after_a_restart_is_seen(
+        request, redis_server, fair, monkeypatch):
+    """After a test restarted the session Redis, the next one's results still arrive.
+
+    Finding its pub/sub connection dead, Celery's result consumer reads the pending results and
+    only then subscribes anew, so a result published in between is lost. Here that gap is
+    widened to 0.2 s and the result lands in it: only a consumer that ``redis_client`` made
+    start afresh sees it."""
+    backend = fair.app.backend
+
+    def finish(task_id: str) -> None:  # what the worker does: store, then publish
+        Celery("worker", backend=redis_server.url).backend.store_result(task_id, 42, "SUCCESS")
+
+    first = str(uuid.uuid4())
+    backend.on_task_call(None, first)  # the consumer subscribes: it holds a connection now
+    finish(first)
+    assert fair.app.AsyncResult(first).get(timeout=5) == 42
+    redis_server.restart()
+    request.getfixturevalue("redis_client")  # as the next test's fixture does
+    subscribe_anew = backend.client.pubsub
+    monkeypatch.setattr(backend.client, "pubsub",
+                        lambda **options: time.sleep(0.2) or subscribe_anew(**options))
+    second = str(uuid.uuid4())
+    backend.on_task_call(None, second)
+    threading.Timer(0.1, finish, args=(second,)).start()
+    assert fair.app.AsyncResult(second).get(timeout=5) == 42
 
 
 def test_aof_redis_keeps_acknowledged_writes_across_sigkill(redis_server_factory):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -14,6 +15,8 @@ from typing import Any
 
 import pytest
 import redis
+from celery import Celery
+from celery.backends.redis import RedisBackend
 
 from tests.harness.postgres import PostgresServer, find_postgres_bindir
 from tests.harness.redis_server import REDIS_PORT_ENV, REDIS_URL_ENV, Ledger, RedisServer
@@ -65,22 +68,45 @@ def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
 
 
+_STARTS_SEEN = pytest.StashKey[int]()
+
+
 @pytest.fixture
-def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+def redis_client(
+    request: pytest.FixtureRequest, redis_server: RedisServer
+) -> Iterator[redis.Redis]:
     """A client (``decode_responses=True``) on an empty session Redis.
 
     A server that an earlier test paused or killed is brought back first, so one crash test
-    cannot break the tests after it.
+    cannot break the tests after it; after a restart, the test process's apps also drop their
+    result connections to the old server (``drop_result_subscriptions``).
     """
     if redis_server.paused:
         redis_server.resume()
     redis_server.start()
+    if request.config.stash.get(_STARTS_SEEN, 1) != redis_server.starts:
+        drop_result_subscriptions()
+    request.config.stash[_STARTS_SEEN] = redis_server.starts
     client = redis_server.client(decode_responses=True)
     client.flushall()
     try:
         yield client
     finally:
         client.close()
+
+
+def drop_result_subscriptions() -> None:
+    """Close the result pub/sub connection of every test app imported in this process.
+
+    After a restart that connection is dead, and Celery's Redis result consumer finds out only
+    when it next reads it; it then reads the pending results before it subscribes again, so a
+    result published in between is never seen and ``.get()`` times out. A closed one is opened
+    afresh at the next subscription.
+    """
+    for name, module in list(sys.modules.items()):
+        app = getattr(module, "app", None) if name.startswith("tests.apps.") else None
+        if isinstance(app, Celery) and isinstance(app.backend, RedisBackend):
+            app.backend.result_consumer.stop()
 
 
 @pytest.fixture

@@ -47,6 +47,8 @@ class RedisServer:
         self.log_path = self.directory / "redis.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.paused = False
+        #: How many times this server has started; more than once means a restart.
+        self.starts = 0
 
     @property
     def url(self) -> str:
@@ -87,6 +89,7 @@ class RedisServer:
             preexec_fn=_die_with_parent,
         )
         self.paused = False
+        self.starts += 1
         if not wait_until(self._answers_ping, timeout):
             self.kill()
             raise RuntimeError(
