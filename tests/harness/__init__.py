@@ -30,6 +30,7 @@ from tests.harness.redis_server import (
     IdempotentAPI,
     Ledger,
     RedisServer,
+    drop_result_subscriptions,
     record_side_effect,
 )
 from tests.harness.workers import WorkerProcess
@@ -44,6 +45,7 @@ __all__ = [
     "RedisServer",
     "WorkerProcess",
     "child_pids",
+    "drop_result_subscriptions",
     "find_postgres_bindir",
     "free_port",
     "pid_alive",

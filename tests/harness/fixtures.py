@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -15,11 +14,15 @@ from typing import Any
 
 import pytest
 import redis
-from celery import Celery
-from celery.backends.redis import RedisBackend
 
 from tests.harness.postgres import PostgresServer, find_postgres_bindir
-from tests.harness.redis_server import REDIS_PORT_ENV, REDIS_URL_ENV, Ledger, RedisServer
+from tests.harness.redis_server import (
+    REDIS_PORT_ENV,
+    REDIS_URL_ENV,
+    Ledger,
+    RedisServer,
+    drop_result_subscriptions,
+)
 from tests.harness.workers import WorkerProcess
 
 
@@ -93,20 +96,6 @@ def redis_client(
         yield client
     finally:
         client.close()
-
-
-def drop_result_subscriptions() -> None:
-    """Close the result pub/sub connection of every test app imported in this process.
-
-    After a restart that connection is dead, and Celery's Redis result consumer finds out only
-    when it next reads it; it then reads the pending results before it subscribes again, so a
-    result published in between is never seen and ``.get()`` times out. A closed one is opened
-    afresh at the next subscription.
-    """
-    for name, module in list(sys.modules.items()):
-        app = getattr(module, "app", None) if name.startswith("tests.apps.") else None
-        if isinstance(app, Celery) and isinstance(app.backend, RedisBackend):
-            app.backend.result_consumer.stop()
 
 
 @pytest.fixture

@@ -1,16 +1,20 @@
-"""A real ``redis-server`` per test run, and the ledger in which test tasks count side effects."""
+"""A real ``redis-server`` per test run, how the test process lets go of its connections to one
+that restarted, and the ledger in which test tasks count side effects."""
 
 from __future__ import annotations
 
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import redis
+from celery import Celery
+from celery.backends.redis import RedisBackend
 
 from tests.harness.processes import _die_with_parent, free_port, tail, wait_until
 
@@ -145,6 +149,20 @@ class RedisServer:
         assert self.process is not None, "redis-server is not running"
         self.process.send_signal(signal.SIGCONT)
         self.paused = False
+
+
+def drop_result_subscriptions() -> None:
+    """Close the result pub/sub connection of every test app imported in this process.
+
+    After a restart, or a ``CLIENT KILL``, that connection is dead, and Celery's Redis result
+    consumer finds out only when it next reads it; it then reads the pending results before it
+    subscribes again, so a result published in between is never seen and ``.get()`` times out.
+    A closed one is opened afresh at the next subscription.
+    """
+    for name, module in list(sys.modules.items()):
+        app = getattr(module, "app", None) if name.startswith("tests.apps.") else None
+        if isinstance(app, Celery) and isinstance(app.backend, RedisBackend):
+            app.backend.result_consumer.stop()
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.harness import wait_until
+from tests.harness import drop_result_subscriptions, wait_until
 
 APP = "tests.apps.fair"
 NO_POLL = {"FQ_POLL_INTERVAL": "60"}
@@ -36,6 +36,7 @@ def test_a_lost_wake_up_connection_is_made_again_and_nothing_waits(fair, celery_
         return dict(redis_client.pubsub_numsub(channel)).get(channel) == 1
 
     assert wait_until(listening, timeout=10)
+    drop_result_subscriptions()  # so the kill hits the worker's subscription, not this process's
     redis_client.client_kill_filter(_type="pubsub")
     job = fair.job.delay("acme", 3)  # signalled while nobody listens, or to the new subscription
     assert job.get(timeout=15) == 3
