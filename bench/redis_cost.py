@@ -120,7 +120,7 @@ def report_cpu(server, quick: bool) -> bool:
     for _ in range(ROUNDS):
         for kind in KINDS:
             runs_of[kind].append(cpu_phase(server, kind, jobs))
-    results = {kind: min(runs, key=lambda cost: cost.total) for kind, runs in runs_of.items()}
+    results = {kind: min(costs, key=lambda cost: cost.total) for kind, costs in runs_of.items()}
     print(f"\n(1) Redis CPU per job, {jobs} no-op jobs with a business key; drain by one worker, "
           f"threads -c 4; best of {ROUNDS} runs each, taking turns")
     print(f"    {'':12}{'enqueue':>10}{'drain':>10}{'total':>10}{'jobs/s per Redis core':>24}"
