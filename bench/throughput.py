@@ -114,7 +114,7 @@ def claim_latencies(server, accounts: int, jobs: int, samples: int) -> tuple[lis
         started = time.perf_counter()
         [job] = claim_jobs(store, ["celery"], 1, "bench", no_limit)
         latencies.append(time.perf_counter() - started)
-        store.ack("celery", job.account, job.job_id, "bench")
+        store.ack(job)
     return latencies, per_job
 
 

@@ -28,10 +28,9 @@ LEGACY_JOB_KEY_HEADER = "job_key"
 FIRST_FAILURE_HEADER = "fairqueue_first_failure"
 #: Header set on a job the claim dropped past its ``expires``: its request records it revoked.
 EXPIRED_HEADER = "fairqueue_expired"
-#: Header set on every job a worker claims from the fair store: the job's idempotency marker
-#: (JSON) as it was before the claim wrote the started one, "" when there was none. The claim
-#: marks the key started and the ack marks it done, so the task reads and writes no marker.
-MARKER_HEADER = "fairqueue_marker"
+#: Header set on every job a worker claims from the fair store: its lease's ticket (see
+#: LeaseTicket).
+LEASE_HEADER = "fairqueue_lease"
 #: ``apply_async`` option carrying a job's business key as stored (a retry's, a replay's), used
 #: as it is; a user's ``job_key=`` option is scoped by task and account first.
 STORED_JOB_KEY_OPTION = "fairqueue_job_key"
@@ -125,6 +124,30 @@ def is_fair(task: Any) -> bool:
     when ``task_cls`` makes every task of an app a FairTask."""
     return getattr(task, "fair_queued", False) is True and not str(
         getattr(task, "name", "")).startswith("celery.")
+
+
+@dataclass(frozen=True)
+class LeaseTicket:
+    """What a task learns of its lease, in its message's :data:`LEASE_HEADER`: the business
+    key's marker as the claim found it (JSON, "" when none; the claim wrote the started one),
+    and whether the ack after the run marks the key done and records the success (else, a task
+    acked before it runs, the task does both itself)."""
+
+    marker: str
+    ack_marks_done: bool
+
+    def header(self) -> dict[str, Any]:
+        return {"marker": self.marker, "ack_marks_done": self.ack_marks_done}
+
+    @classmethod
+    def of(cls, request: Any) -> LeaseTicket | None:
+        """The ticket of the delivery a task runs, or None when it was not claimed from the
+        fair store (a broker message, ``apply``)."""
+        header = getattr(request, LEASE_HEADER, None)
+        if not isinstance(header, Mapping):
+            return None
+        return cls(marker=str(header.get("marker") or ""),
+                   ack_marks_done=bool(header.get("ack_marks_done")))
 
 
 # -- the event stream ---------------------------------------------------------------------------

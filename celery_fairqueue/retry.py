@@ -168,3 +168,29 @@ class RetryPolicy:
     def exhausted(self, attempts: int) -> bool:
         """True once ``attempts`` runs have failed and no more are allowed."""
         return attempts >= self.max_attempts
+
+    def after_failure(self, exc: BaseException, attempts: int, gave_up: bool = False,
+                      longest: float = math.inf) -> FailureVerdict:
+        """What a failed attempt leads to: a retry after a delay (cut to ``longest``, the
+        ``fairqueue_max_retry_delay``), or a dead letter with the reason a person reads.
+        ``attempts`` counts this one; ``gave_up``: the task's own ``max_retries`` ran out."""
+        verdict = self.classify(exc)
+        if verdict.retryable and not self.exhausted(attempts) and not gave_up:
+            return FailureVerdict(verdict.reason, cut_delay(self.delay(attempts - 1, exc),
+                                                            longest))
+        if verdict.retryable or gave_up:
+            return FailureVerdict(f"gave up after {attempts} attempts: {verdict.reason}")
+        return FailureVerdict(verdict.reason)
+
+
+@dataclass(frozen=True)
+class FailureVerdict:
+    """A failed attempt's fate: retried in ``retry_in`` seconds, or (None) dead-lettered."""
+
+    reason: str
+    retry_in: float | None = None
+
+
+def cut_delay(seconds: float, longest: float) -> float:
+    """``seconds`` cut to ``longest``; not a finite number: the longest."""
+    return min(max(seconds, 0.0), longest) if math.isfinite(seconds) else longest

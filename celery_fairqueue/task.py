@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import logging
-import math
 import time
 import traceback
 from collections.abc import Iterator, Sequence
@@ -25,15 +23,21 @@ from .errors import (
     MissingAccountError,
     StoreUnavailableError,
 )
-from .idempotency import JobKeySpec, bound_arguments, compute_job_key, hash_identity
+from .idempotency import (
+    JobKeySpec,
+    MarkerGuard,
+    bound_arguments,
+    compute_job_key,
+    hash_identity,
+)
 from .protocol import (
     ACCOUNT_HEADER,
     FIRST_FAILURE_HEADER,
     JOB_KEY_HEADER,
-    MARKER_HEADER,
     MAX_ID_LENGTH,
     STORED_JOB_KEY_OPTION,
     EventType,
+    LeaseTicket,
     delivery_of,
     encode_id,
     is_fair,
@@ -42,7 +46,7 @@ from .protocol import (
     normalize_id,
 )
 from .redaction import masked_reprs
-from .retry import PermanentError, RetryPolicy
+from .retry import PermanentError, RetryPolicy, cut_delay
 from .settings import settings_for
 from .store import FairStore, store_for
 
@@ -165,13 +169,18 @@ class ReliableTask(Task):
             with contextlib.suppress(TypeError):
                 options["argsrepr"], options["kwargsrepr"] = masked_reprs(
                     self.run, args or (), kwargs or {}, self.redact)
-        if not is_fair(self):
-            account = self.account_of(args or (), kwargs or {}, options.pop("account", None))
-            job_key = self.job_key_for(account, args or (), kwargs or {}, options)
-            if job_key is not None:
-                options["headers"] = {**(options.get("headers") or {}), JOB_KEY_HEADER: job_key}
+        self._key_message(args or (), kwargs or {}, options)
         return super().apply_async(args, kwargs, task_id=task_id, producer=producer, link=link,
                                    link_error=link_error, shadow=shadow, **options)
+
+    def _key_message(self, args: Sequence[Any], kwargs: dict[str, Any],
+                     options: dict[str, Any]) -> None:
+        """Put the job's business key in the message's headers, taking ``account`` and the
+        key options out of ``options``."""
+        account = self.account_of(args, kwargs, options.pop("account", None))
+        job_key = self.job_key_for(account, args, kwargs, options)
+        if job_key is not None:
+            options["headers"] = {**(options.get("headers") or {}), JOB_KEY_HEADER: job_key}
 
     def delay_on_commit(self, *args: Any, **kwargs: Any) -> None:
         """Celery's ``DjangoTask.delay_on_commit``: enqueue once the current Django transaction
@@ -219,11 +228,19 @@ class ReliableTask(Task):
         job_key = job_key_of(request)
         request.job_key = job_key  # the public name, whichever header carried it
         job_id = delivery_of(request)
-        by_ack = self._settled_by_ack()
-        with self._store_or_give_back("read or write its started marker"):
-            answered, value = self._before_run(job_key, job_id, args, kwargs, by_ack)
+        ticket = LeaseTicket.of(request)  # its lease, when claimed from the fair store
+        by_ack = ticket is not None and ticket.ack_marks_done
+        guard = MarkerGuard(self._store(), f"{self.name}[{request.id}]", ticket) \
+            if job_key else None
+        answered, external_id = False, None
+        if guard and job_key:
+            with self._store_or_give_back("read or write its started marker"):
+                answered, external_id = guard.before_run(
+                    job_key, job_id, lambda: self.already_applied(job_key, *args, **kwargs))
         if answered:
-            return value
+            if not by_ack:  # else the ack records the success
+                self._emit(EventType.SUCCEEDED, job=job_id, external_id=external_id)
+            return external_id
         try:
             result = self.run(*args, **kwargs)
         except Retry as retry:
@@ -238,64 +255,13 @@ class ReliableTask(Task):
             self._on_job_failure(exc, job_id, args, kwargs)
             raise
         external_id = getattr(request, "fairqueue_external_id", None)
-        if job_key and (external_id or not by_ack):  # the external id is known here only
-            self._mark_done(job_key, job_id, external_id)
+        if guard and job_key and (external_id or not by_ack):  # the external id: here only
+            with self._store_or_give_back("write its done marker"):
+                guard.after_run(job_key, job_id, external_id,
+                                settings_for(self.app).enqueue_timeout)
         if not by_ack:
             self._emit(EventType.SUCCEEDED, job=job_id, external_id=external_id)
         return result
-
-    def _mark_done(self, job_key: str, job_id: str, external_id: str | None) -> None:
-        """Write the done marker, waiting out a failing store for up to
-        ``fairqueue_enqueue_timeout``: the side effect has happened. Then give the job back (a
-        redelivery asks ``already_applied``, or repeats the call with the same key)."""
-        deadline = time.monotonic() + settings_for(self.app).enqueue_timeout
-        pause = 0.1
-        while True:
-            try:
-                self._store().mark_done(job_key, job_id, external_id)
-                return
-            except StoreUnavailableError as exc:
-                if time.monotonic() + pause > deadline:
-                    raise self._give_back(exc, "write its done marker") from exc
-                time.sleep(pause)
-                pause = min(2 * pause, 1.0)
-
-    def _claimed_marker(self) -> str | None:
-        """For a job claimed from the fair store, the marker as its claim found it ("" none);
-        the claim wrote the started one. None for any other delivery."""
-        return getattr(self.request, MARKER_HEADER, None) if is_fair(self) else None
-
-    def _settled_by_ack(self) -> bool:
-        """A claimed job acked after it ran (FairTask's ``acks_late``): its ack marks the key
-        done and records the success, in the round trip of the lease's own step."""
-        return bool(self.acks_late) and self._claimed_marker() is not None
-
-    def _before_run(self, job_key: str | None, job_id: str, args: Sequence[Any],
-                    kwargs: dict[str, Any], by_ack: bool) -> tuple[bool, Any]:
-        """Consult the markers: ``(True, external id)`` when the job must not run again (done,
-        or reconciled), else write the started marker and return ``(False, None)``."""
-        if not job_key:
-            return False, None
-        store = self._store()
-        claimed = self._claimed_marker()
-        marker = store.marker(job_key) if claimed is None else json.loads(claimed or "null")
-        if marker and marker["state"] == "done":
-            logger.info("fairqueue: %s[%s] is already done (job key %s...); not run again",
-                        self.name, self.request.id, job_key[:12])
-            external_id = marker.get("external_id")
-        elif marker and marker["state"] == "started" and (
-                external_id := self.already_applied(job_key, *args, **kwargs)):
-            logger.warning("fairqueue: %s[%s] had already applied its side effect before a "
-                           "crash (external id %s); marked done, not run again", self.name,
-                           self.request.id, external_id)
-            store.mark_done(job_key, job_id, str(external_id))
-        else:
-            if claimed is None:
-                store.mark_started(job_key, job_id)
-            return False, None
-        if not by_ack:  # else the ack records the success
-            self._emit(EventType.SUCCEEDED, job=job_id, external_id=external_id)
-        return True, external_id
 
     def _store(self) -> FairStore:
         return store_for(self.app)
@@ -325,29 +291,26 @@ class ReliableTask(Task):
 
     def retry_delay(self, seconds: float) -> float:
         """``seconds`` cut to ``fairqueue_max_retry_delay``; not a finite number: the maximum."""
-        longest = settings_for(self.app).max_retry_delay
-        return min(max(seconds, 0.0), longest) if math.isfinite(seconds) else longest
+        return cut_delay(seconds, settings_for(self.app).max_retry_delay)
 
     def _on_job_failure(self, exc: Exception, job_id: str, args: Sequence[Any],
                         kwargs: dict[str, Any]) -> None:
         """Retry a retryable failure after its delay, else keep the job as a dead letter."""
-        policy = self.retry_policy
         request = self.request
         attempts = (request.retries or 0) + 1
-        verdict = policy.classify(exc)
         first_failure = getattr(request, FIRST_FAILURE_HEADER, None) or time.time()
-        gave_up = getattr(request, "fairqueue_gave_up", False)  # the task's own retries
-        if verdict.retryable and not policy.exhausted(attempts) and not gave_up:
-            delay = self.retry_delay(policy.delay(attempts - 1, exc))
+        verdict = self.retry_policy.after_failure(
+            exc, attempts, gave_up=getattr(request, "fairqueue_gave_up", False),
+            longest=settings_for(self.app).max_retry_delay)
+        if verdict.retry_in is not None:
             logger.info("fairqueue: %s[%s] attempt %d failed (%s); retrying in %.1fs",
-                        self.name, request.id, attempts, verdict.reason, delay)
+                        self.name, request.id, attempts, verdict.reason, verdict.retry_in)
             headers = {**(request.headers or {}), FIRST_FAILURE_HEADER: first_failure}
             self._emit(EventType.RETRYING, job=job_id, error=_describe(exc),
-                       reason=verdict.reason, due=time.time() + delay)
-            raise self.retry(exc=exc, countdown=delay, max_retries=policy.max_attempts,
-                             headers=headers)
-        reason = verdict.reason if not (verdict.retryable or gave_up) else (
-            f"gave up after {attempts} attempts: {verdict.reason}")
+                       reason=verdict.reason, due=time.time() + verdict.retry_in)
+            raise self.retry(exc=exc, countdown=verdict.retry_in,
+                             max_retries=self.retry_policy.max_attempts, headers=headers)
+        reason = verdict.reason
         # the task's own PermanentError is a verdict, not a fault: a warning; anything else
         # (a bug, an upstream that never recovered) an error, with Celery's traceback
         logger.log(logging.WARNING if isinstance(exc, PermanentError) else logging.ERROR,
@@ -399,6 +362,10 @@ class FairTask(ReliableTask):
             raise InvalidAccountError(f"task {self.name}: account {account[:40]!r}... cannot "
                                       f"be stored: {exc}") from None
         return account
+
+    def _key_message(self, args: Sequence[Any], kwargs: dict[str, Any],
+                     options: dict[str, Any]) -> None:
+        """Nothing: the fair publish path (publish.py) keys the stored job, from ``options``."""
 
     def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
                     producer: Any = None, link: Any = None, link_error: Any = None,

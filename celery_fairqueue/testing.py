@@ -29,13 +29,14 @@ A test then reads like production, without a worker::
         [job] = fairqueue_run()
         assert job.state == "SUCCESS"
 
-The runner claims jobs as a worker does (fairness, limits and leases apply), runs each through
-Celery's own tracer (so retries, results, signals and the task's markers behave as in a worker)
-and settles it. Jobs delayed by a countdown, an eta or a retry's backoff run once they are due.
+The runner claims jobs as a worker does (fairness, limits and leases apply) and runs each as a
+worker does, through Celery's request of the task in a solo pool, so retries, results, signals,
+the task's markers and the settling of its lease behave as in a worker. Jobs delayed by a countdown, an eta or a retry's backoff run once they are due.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -45,14 +46,15 @@ from typing import Any
 import pytest
 from celery import Celery, current_app, states
 from celery.app.trace import trace_task
-from celery.exceptions import Reject
-from celery.worker.request import Request
+from celery.concurrency.solo import TaskPool
+from celery.exceptions import TaskRevokedError
+from celery.utils.imports import symbol_by_name
+from celery.worker.request import create_request_cls
+from kombu.serialization import loads
 
 from .settings import settings_for
-from .store import ClaimedJob, FairStore, store_for
-from .task import GiveBack
-from .worker.channel import job_message, read_envelope
-from .worker.dispatcher import GIVE_BACK_SECONDS
+from .store import FairStore, Lease, store_for
+from .worker.channel import ACCEPT, lease_message, read_envelope
 
 __all__ = ["FinishedJob", "fairqueue_app", "fairqueue_run", "fairqueue_store", "run_fair_jobs"]
 
@@ -82,47 +84,43 @@ def run_fair_jobs(app: Celery, queues: Sequence[str] | None = None,
     finished: list[FinishedJob] = []
     while len(finished) < limit and names:
         claim = store.claim(names, 1, token, default_limit)
-        finished += [_expired(app, job) for job in claim.expired]
-        if claim.jobs:
-            finished.append(_run(app, store, token, claim.jobs[0]))
-        elif not claim.expired:
+        finished += [_run(app, lease) for lease in [*claim.expired, *claim.leases]]
+        if not (claim.leases or claim.expired):
             break
     return finished
 
 
-def _expired(app: Celery, job: ClaimedJob) -> FinishedJob:
-    envelope = read_envelope(job)
-    task_id = str(envelope.headers.get("id"))
-    app.backend.mark_as_revoked(task_id, "expired")
-    return FinishedJob(task_id, envelope.task_name or "", job.account, job.queue,
-                       states.REVOKED, None)
-
-
-def _run(app: Celery, store: FairStore, token: str, job: ClaimedJob) -> FinishedJob:
+def _run(app: Celery, lease: Lease) -> FinishedJob:
+    """Run one leased job as a worker does: Celery's request of the task's own class, in a
+    solo pool, so the request settles the lease exactly as in a worker."""
     try:
-        envelope = read_envelope(job)
+        envelope = read_envelope(lease)
         task = app.tasks[envelope.task_name or ""]
     except Exception as exc:
-        store.reject(job.queue, job.account, job.job_id, token, f"cannot be run: {exc}")
-        return FinishedJob(job.job_id, "", job.account, job.queue, states.REJECTED, exc)
-    request = Request(job_message(job, envelope, channel=None), app=app, task=task)
-    retval, info, _, _ = trace_task(task, request.id, request.args, request.kwargs,
-                                    request.request_dict, hostname=request.hostname,
-                                    loader=app.loader, app=app)
-    state = info.state if info is not None else states.SUCCESS
-    result = info.retval if info is not None else retval
-    if isinstance(result, GiveBack):
-        store.give_back(job.queue, job.account, job.job_id, token, GIVE_BACK_SECONDS)
-    elif isinstance(result, Reject):
-        if result.requeue:
-            store.requeue(job.queue, job.account, job.job_id, token)
-        else:
-            store.reject(job.queue, job.account, job.job_id, token,
-                         f"rejected by the task: {result.reason}")
-    else:
-        store.ack(job.queue, job.account, job.job_id, token, job.stored_key,
-                  succeeded=state == states.SUCCESS)
-    return FinishedJob(request.id, task.name, job.account, job.queue, state, result)
+        lease.dead_letter(f"cannot be run: {exc}")
+        return FinishedJob(lease.job_id, "", lease.account, lease.queue, states.REJECTED, exc)
+    outcome: dict[str, Any] = {"state": states.REVOKED, "result": None}
+
+    def trace(name: str, task_id: str, request: dict[str, Any], body: Any, content_type: str,
+              content_encoding: str, **_: Any) -> tuple[int, Any, float]:
+        args, kwargs, embed = loads(body, content_type, content_encoding, accept=ACCEPT)
+        request.update({"args": args, "kwargs": kwargs, "is_eager": False}, **embed or {})
+        retval, info, runtime, shown = trace_task(task, task_id, args, kwargs, request,
+                                                  app=app)
+        outcome.update(state=info.state if info is not None else states.SUCCESS,
+                       result=info.retval if info is not None else retval)
+        return (1, retval, runtime) if info is not None else (0, shown, runtime)
+
+    pool = TaskPool()
+    request_cls = create_request_cls(symbol_by_name(task.Request), task, pool, "inline", None,
+                                     trace=trace, app=app)
+    message = lease_message(lease, envelope, bool(task.acks_late))
+    request = request_cls(message, app=app, task=task, on_ack=message.ack_log_error,
+                          on_reject=message.reject_log_error)
+    with contextlib.suppress(TaskRevokedError):  # an expired job: recorded revoked
+        request.execute_using_pool(pool)
+    return FinishedJob(request.id, task.name, lease.account, lease.queue, outcome["state"],
+                       outcome["result"])
 
 
 @pytest.fixture

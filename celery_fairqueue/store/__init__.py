@@ -8,10 +8,11 @@ account ids go in and come out decoded.
 from .client import display_url
 from .console import REASONS, LiveJob, QueueState, WorkerInfo
 from .controls import OperatorPause, WorkerRegistration
-from .core import Ack, Claim, ClaimedJob, EnqueueResult, FairStore, store_for
+from .core import Claim, EnqueueResult, FairStore, store_for
 from .dead_letters import DeadLetter, DeadLetterNotFound, DeadLetters
 from .events import RECORDER_GROUP, EventReader, Leadership
 from .keys import Keys, QueueKeys
+from .leases import GIVE_BACK_SECONDS, Lease, LeaseHolder
 from .views import (
     AccountPage,
     AccountRow,
@@ -24,13 +25,12 @@ from .views import (
 from .wakeups import WakeSubscription
 
 __all__ = [
+    "GIVE_BACK_SECONDS",
     "REASONS",
     "RECORDER_GROUP",
     "AccountPage",
     "AccountRow",
-    "Ack",
     "Claim",
-    "ClaimedJob",
     "DeadLetter",
     "DeadLetterNotFound",
     "DeadLetters",
@@ -39,6 +39,8 @@ __all__ = [
     "FairStore",
     "Keys",
     "Leadership",
+    "Lease",
+    "LeaseHolder",
     "LiveJob",
     "OperatorPause",
     "PausedAccount",

@@ -20,11 +20,12 @@ from celery import Celery
 
 from ..errors import BacklogFullError, DeadLetterNotFound
 from ..limits import AccountLimit
-from ..protocol import NO_JOB_KEY, event_fields, task_id_of
+from ..protocol import event_fields, task_id_of
 from ..settings import FairqueueSettings, settings_for
 from .client import AnyClient, make_client, operation
 from .controls import StoreControls
 from .keys import Keys, QueueKeys, decode_id, encode_id, encode_job_key
+from .leases import Lease
 from .lua import load_script
 
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "trim_done",
@@ -81,38 +82,10 @@ class EnqueueResult:
 
 @dataclass(frozen=True)
 class Claim:
-    jobs: list[ClaimedJob]
-    next_due: float | None  # seconds until a paused account or delayed job is due
-    expired: list[ClaimedJob] = field(default_factory=list)  # dropped, past Celery's expires
+    leases: list[Lease]
+    next_due: float | None  # seconds until a deferred account or delayed job is due
+    expired: list[Lease] = field(default_factory=list)  # dropped, past Celery's expires
     lost: list[str] = field(default_factory=list)  # acked jobs whose lease was lost
-
-
-@dataclass(frozen=True)
-class ClaimedJob:
-    queue: str
-    job_id: str
-    envelope: str
-    deliveries: int
-    account: str
-    stored_key: str = NO_JOB_KEY  # its business key as the store holds it (encoded), or "-"
-    #: its idempotency marker (JSON) as it was before the claim wrote the started one; "" none
-    marker: str = ""
-
-
-@dataclass(frozen=True)
-class Ack:
-    """A job the worker finished, acked with its next claim (or alone, :meth:`FairStore.ack`);
-    a success marks its business key done in the same step."""
-
-    queue: str
-    account: str
-    job_id: str
-    stored_key: str = NO_JOB_KEY
-    succeeded: bool = False
-
-    def args(self, queue_index: int) -> list[Any]:
-        return [queue_index, self.job_id, encode_id(self.account), self.stored_key,
-                "1" if self.succeeded else "0"]
 
 
 class FairStore(StoreControls):
@@ -230,11 +203,11 @@ class FairStore(StoreControls):
     # -- worker side ---------------------------------------------------------------------------
 
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
-              first: int = 0, acks: Sequence[Ack] = ()) -> Claim:
-        """Ack ``acks`` (this worker's finished jobs), then lease up to ``want`` jobs from
-        ``queues``, rotating over accounts with capacity; also say when the next paused account
-        or delayed job is due. ``first`` is the 0-based index of the queue to look at first
-        (workers rotate it so no queue starves). One round trip for the whole turn."""
+              first: int = 0, acks: Sequence[Lease] = ()) -> Claim:
+        """Ack ``acks`` (this worker's finished leases), then lease up to ``want`` jobs from
+        ``queues``, rotating over accounts with capacity; also say when the next deferred
+        account or delayed job is due. ``first`` is the 0-based index of the queue to look at
+        first (workers rotate it so no queue starves). One round trip for the whole turn."""
         want = min(want, self.settings.claim_batch) if queues else 0
         if want <= 0 and not acks:
             return Claim([], None)
@@ -245,31 +218,44 @@ class FairStore(StoreControls):
         flat = self._run("claim", [self.keys.queue(q) for q in names], [
             max(want, 0), s.lease_seconds, token, default_limit, s.promote_batch, s.max_skips,
             s.max_deliveries, first % len(queues) + 1 if queues else 1, len(queues), len(acks),
-            *(arg for ack in acks for arg in ack.args(position[ack.queue])),
+            *(arg for ack in acks for arg in ack.ack_args(position[ack.queue])),
         ])
         next_due = float(flat[0])
         claim = Claim([], next_due if next_due >= 0 else None, lost=list(flat[1]))
         for n in range(2, len(flat), 7):
             index = int(flat[n])  # negated for an expired job the claim dropped
-            job = ClaimedJob(queue=names[abs(index) - 1], job_id=flat[n + 1],
-                             envelope=flat[n + 2], deliveries=int(flat[n + 3]),
-                             account=decode_id(flat[n + 4]), stored_key=flat[n + 5],
-                             marker=flat[n + 6])
-            (claim.jobs if index > 0 else claim.expired).append(job)
+            lease = Lease(self, token, queue=names[abs(index) - 1], job_id=flat[n + 1],
+                          envelope=flat[n + 2], deliveries=int(flat[n + 3]),
+                          account=decode_id(flat[n + 4]), stored_key=flat[n + 5],
+                          marker=flat[n + 6], expired=index < 0)
+            (claim.expired if lease.expired else claim.leases).append(lease)
         return claim
 
-    def ack(self, queue: str, account: str, job_id: str, token: str,
-            stored_key: str = NO_JOB_KEY, succeeded: bool = False) -> bool:
-        """The job ran (or handed over to its retry): release its lease and slot; a success
-        marks its business key (``stored_key``, see ClaimedJob) done. A claiming worker acks
-        with its next :meth:`claim` instead."""
-        ack = Ack(queue, account, job_id, stored_key, succeeded)
-        return bool(self._run("ack", [self.keys.queue(queue)], [token, *ack.args(1)]))
+    # The settling of one lease (see leases.py), one script each; True while the lease was
+    # still this worker's (else it expired and was reaped). A claiming worker acks with its
+    # next claim instead of ack.
 
-    def requeue(self, queue: str, account: str, job_id: str, token: str) -> bool:
+    def ack(self, lease: Lease) -> bool:
+        """The job ran (or handed over to its retry): release its lease and slot; a success
+        marks its business key done."""
+        return bool(self._run("ack", [self.keys.queue(lease.queue)],
+                              [lease.token, *lease.ack_args(1)]))
+
+    def requeue(self, lease: Lease) -> bool:
         """Give a leased job back to ready, in its FIFO place."""
-        return bool(self._run("requeue", [self.keys.queue(queue)],
-                              [job_id, token, encode_id(account)]))
+        return bool(self._run("requeue", [self.keys.queue(lease.queue)],
+                              [lease.job_id, lease.token, encode_id(lease.account)]))
+
+    def give_back(self, lease: Lease, wait: float) -> bool:
+        """A leased job whose run the store failed (full, read-only, busy) waits ``wait``
+        seconds and runs again; the failed delivery does not count toward the poison limit."""
+        return bool(self._run("give_back", [self.keys.queue(lease.queue)],
+                              [lease.job_id, lease.token, encode_id(lease.account), wait]))
+
+    def reject(self, lease: Lease, reason: str) -> bool:
+        """Dead-letter a leased job with ``reason``."""
+        return bool(self._run("reject", [self.keys.queue(lease.queue)],
+                              [lease.job_id, lease.token, encode_id(lease.account), reason]))
 
     def cancel(self, task_id: str) -> list[str]:
         """Take the waiting deliveries of a Celery task out of the store (a revoke); returns
@@ -277,18 +263,6 @@ class FairStore(StoreControls):
         See :meth:`deliveries_of` for the ids it takes."""
         return [job_id for job_id, queue in list(self.deliveries_of(task_id))
                 if self._run("cancel", [self.keys.queue(queue)], [job_id]) == 1]
-
-    def give_back(self, queue: str, account: str, job_id: str, token: str,
-                  wait: float) -> bool:
-        """A leased job whose run the store failed (full, read-only, busy) waits ``wait``
-        seconds and runs again; the failed delivery does not count toward the poison limit."""
-        return bool(self._run("give_back", [self.keys.queue(queue)],
-                              [job_id, token, encode_id(account), wait]))
-
-    def reject(self, queue: str, account: str, job_id: str, token: str, reason: str) -> bool:
-        """Dead-letter a leased job with ``reason``."""
-        return bool(self._run("reject", [self.keys.queue(queue)],
-                              [job_id, token, encode_id(account), reason]))
 
     def bury(self, job_id: str, reason: str, job_key: str | None = None,
              record: dict[str, Any] | None = None) -> None:

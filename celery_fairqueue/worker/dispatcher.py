@@ -17,50 +17,34 @@ import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 from celery.worker import state as worker_state
 
 from ..errors import FairqueueError
-from ..protocol import NO_JOB_KEY
 from ..settings import settings_for
-from ..store import Ack, ClaimedJob, FairStore, WorkerRegistration, display_url
-from .channel import FairChannel, job_message, read_envelope
+from ..store import GIVE_BACK_SECONDS, FairStore, Lease, WorkerRegistration, display_url
+from ..store.leases import lost_before_settled
+from .channel import lease_message, read_envelope
 from .outage import Outage
 from .wakeups import Wakeups
 
 logger = logging.getLogger(__name__)
 
 WINDOW_REFRESH_SECONDS = 3600.0
-#: How long a job waits after its run could not write to the store: long enough that a full or
-#: read-only Redis is not asked again at once, short enough to go unnoticed after a failover.
-GIVE_BACK_SECONDS = 1.0
-
-
-@dataclass
-class HeldJob:
-    queue: str
-    account: str
-    job_id: str
-    stored_key: str = NO_JOB_KEY  # its business key as the store holds it
-    expired: bool = False  # dropped by the claim already: settling it asks nothing of the store
-    succeeded: bool = False  # its task succeeded: the ack marks the key done
-
-    def ack(self) -> Ack:
-        return Ack(self.queue, self.account, self.job_id, self.stored_key, self.succeeded)
 
 
 class FairDispatcher:
+    """Claims leases for free pool slots and holds them until they settle (a LeaseHolder)."""
+
     def __init__(self, consumer: Any) -> None:
         self.consumer = consumer
         self.app = consumer.app
         self.settings = settings_for(self.app)
         self.store = FairStore.from_settings(self.settings, fail_fast=True)
         self.token = f"{consumer.hostname}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
-        self.channel = FairChannel(self)
-        self.held: dict[str, HeldJob] = {}
-        self._acks: deque[Ack] = deque()  # settled by the next claim (pool threads append)
+        self.held: dict[str, Lease] = {}
+        self._acks: deque[Lease] = deque()  # settled by the next claim (pool threads append)
         self.queues: list[str] = []
         self.handler: Any = None
         self.claiming = False
@@ -124,8 +108,8 @@ class FairDispatcher:
         """Give back what is still held (a cold shutdown), stop the maintenance thread and
         leave the registry of live workers."""
         self.stop()
-        for job_id in list(self.held):
-            self.settle(job_id, "requeue")
+        for lease in list(self.held.values()):
+            lease.requeue()
         self._stopping.set()
         if self._wakeups is not None:
             self._wakeups.stop()
@@ -148,7 +132,7 @@ class FairDispatcher:
         leaves ``reserved_requests``; counting it keeps the leases at most the pool size.
         """
         broker_tasks = sum(1 for request in worker_state.reserved_requests
-                           if not isinstance(request.message.channel, FairChannel))
+                           if not isinstance(request.message.channel, Lease))
         return int(self.consumer.pool.num_processes) - broker_tasks - len(self.held)
 
     def wake(self) -> None:
@@ -164,7 +148,7 @@ class FairDispatcher:
             pass
         self.claim()
 
-    def _take_acks(self) -> list[Ack]:
+    def _take_acks(self) -> list[Lease]:
         acks = []
         with contextlib.suppress(IndexError):
             while True:
@@ -194,11 +178,11 @@ class FairDispatcher:
         self._claims.answered()
         self._rotation += 1
         for job_id in claim.lost:
-            self._lost_before_settled(job_id)
-        for job in claim.jobs:
-            self._dispatch(job)
-        for job in claim.expired:
-            self._revoke_expired(job)
+            lost_before_settled(job_id)
+        for lease in claim.leases:
+            self._dispatch(lease)
+        for lease in claim.expired:
+            self._revoke_expired(lease)
         if claim.next_due is not None:
             self._claim_at(claim.next_due)
 
@@ -228,94 +212,67 @@ class FairDispatcher:
             self._default_limit_at = now
         return self._default_limit
 
-    def _dispatch(self, job: ClaimedJob) -> None:
-        held = HeldJob(queue=job.queue, account=job.account, job_id=job.job_id,
-                       stored_key=job.stored_key)
-        self.held[job.job_id] = held
+    def _dispatch(self, lease: Lease) -> None:
+        lease.holder = self
+        self.held[lease.job_id] = lease
         try:
-            envelope = read_envelope(job)
+            envelope = read_envelope(lease)
         except Exception as exc:
             logger.error("fairqueue: job %s of account %r is malformed and was dead-lettered: %s",
-                         job.job_id, held.account, exc)
-            self.settle(job.job_id, "reject", reason=f"malformed message: {exc}")
+                         lease.job_id, lease.account, exc)
+            lease.dead_letter(f"malformed message: {exc}")
             return
         name = envelope.task_name
         if name not in self.consumer.strategies:
             logger.error("fairqueue: job %s has unknown task %r (not registered in this "
-                         "worker); dead-lettered", job.job_id, name)
-            self.settle(job.job_id, "reject",
-                        reason=f"unknown task {name!r}: not registered in worker "
-                               f"{self.consumer.hostname}")
+                         "worker); dead-lettered", lease.job_id, name)
+            lease.dead_letter(f"unknown task {name!r}: not registered in worker "
+                              f"{self.consumer.hostname}")
             return
-        message = job_message(job, envelope, self.channel)
+        message = lease_message(lease, envelope, self._acked_after_run(name))
         try:
             self.handler(message)
         except Exception:
             logger.exception("fairqueue: handing job %s to Celery failed; returned to ready",
-                             job.job_id)
-            if job.job_id in self.held:
-                self.settle(job.job_id, "requeue")
+                             lease.job_id)
+            if not lease.settled:
+                lease.requeue()
 
-    def _revoke_expired(self, job: ClaimedJob) -> None:
+    def _acked_after_run(self, task_name: str | None) -> bool:
+        return bool(getattr(self.app.tasks.get(task_name), "acks_late", False))
+
+    def _revoke_expired(self, lease: Lease) -> None:
         """Celery records a job the claim dropped past its ``expires`` as revoked, as it does a
         message that arrives expired: it never runs, and took no slot or token."""
         try:
-            envelope = read_envelope(job)
+            envelope = read_envelope(lease)
         except Exception:
             envelope = None
         if envelope is None or envelope.task_name not in self.consumer.strategies:
-            logger.warning("fairqueue: job %s expired and was dropped", job.job_id)
+            logger.warning("fairqueue: job %s expired and was dropped", lease.job_id)
             return
-        self.held[job.job_id] = HeldJob(queue=job.queue, account=job.account,
-                                        job_id=job.job_id, expired=True)
+        lease.holder = self
+        self.held[lease.job_id] = lease
         try:
-            self.handler(job_message(job, envelope, self.channel, expired=True))
+            self.handler(lease_message(lease, envelope, False))
         except Exception:
-            logger.exception("fairqueue: recording expired job %s failed", job.job_id)
-        self.held.pop(job.job_id, None)
+            logger.exception("fairqueue: recording expired job %s failed", lease.job_id)
+        self.held.pop(lease.job_id, None)
 
-    # -- settling ------------------------------------------------------------------------------
+    # -- holding leases (LeaseHolder) ----------------------------------------------------------
 
-    def succeeded(self, job_id: str) -> None:
-        """The task of a held job succeeded; its ack follows (see FairRequest.on_success)."""
-        held = self.held.get(job_id)
-        if held is not None:
-            held.succeeded = True
+    def released(self, lease: Lease) -> None:
+        self.held.pop(lease.job_id, None)
 
-    def settle(self, job_id: str, outcome: str, reason: str | None = None) -> None:
-        """Release a held job: ``ack`` (done: settled by the next claim, or at once when not
-        claiming), ``requeue`` (run again), ``give_back`` (the store failed the run: again
-        after a moment, not counted) or ``reject`` (dead)."""
-        held = self.held.pop(job_id, None)
-        if held is None:
-            logger.warning("fairqueue: %s of job %s that this worker does not hold", outcome,
-                           job_id)
-            return
-        if held.expired:
-            return
-        if outcome == "ack" and self.claiming:
-            self._acks.append(held.ack())
-            self.wake()
-            return
-        try:
-            if outcome == "ack":
-                owned = self.store.ack(held.queue, held.account, job_id, self.token,
-                                       held.stored_key, held.succeeded)
-            elif outcome == "requeue":
-                owned = self.store.requeue(held.queue, held.account, job_id, self.token)
-            elif outcome == "give_back":
-                owned = self.store.give_back(held.queue, held.account, job_id, self.token,
-                                             GIVE_BACK_SECONDS)
-            else:
-                owned = self.store.reject(held.queue, held.account, job_id, self.token,
-                                          reason or "rejected by the worker (see its log)")
-        except FairqueueError as exc:
-            # the lease will expire and the reaper returns the job: at least once, not lost
-            logger.warning("fairqueue: could not %s job %s (its lease returns it): %s", outcome,
-                           job_id, exc)
-            owned = True
-        if not owned:
-            self._lost_before_settled(job_id)
+    def ack_later(self, lease: Lease) -> bool:
+        """While claiming, an ack rides with the next claim: one round trip for many."""
+        if not self.claiming:
+            return False
+        self._acks.append(lease)
+        self.wake()
+        return True
+
+    def settled(self, lease: Lease, owned: bool) -> None:
         self.wake()
 
     def _flush_acks(self) -> None:
@@ -330,13 +287,7 @@ class FairDispatcher:
                            len(acks), exc)
             return
         for job_id in lost:
-            self._lost_before_settled(job_id)
-
-    @staticmethod
-    def _lost_before_settled(job_id: str) -> None:
-        logger.warning("fairqueue: job %s lost its lease before it settled (it ran longer than "
-                       "fairqueue_lease_seconds without a heartbeat and was given to another "
-                       "worker)", job_id)
+            lost_before_settled(job_id)
 
     # -- maintenance thread --------------------------------------------------------------------
 

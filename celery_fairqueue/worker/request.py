@@ -1,27 +1,26 @@
-"""The request class of fair tasks: Celery's own, minus the eta wait (the store waited), plus
+"""The request class of fair tasks: Celery's own, minus the eta wait (the store waited), settling
+the job's lease (its message's channel, see store/leases.py) as Celery settles a message, plus
 one outcome Celery does not have.
 
 A fair task whose run could not write to the fair store (its started marker, its retry, its dead
 letter) raises :class:`~celery_fairqueue.task.GiveBack`, a ``Reject(requeue=True)``. Celery would
 requeue it like a job whose worker died, which counts toward the poison limit, and at once,
 into a store that is still failing. This request, which runs in the worker's main process for
-every pool, gives it back to wait a moment instead, uncounted.
+every pool, gives the lease back to wait a moment instead, uncounted.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from billiard.einfo import ExceptionWithTraceback
 from celery.worker.request import Request
-from celery.worker.state import task_ready
+from celery.worker.state import successful_requests, task_ready
 
 from ..protocol import EXPIRED_HEADER
+from ..store import Lease
 from ..task import GiveBack
-from .channel import FairChannel
 
 
 class FairRequest(Request):
@@ -30,6 +29,13 @@ class FairRequest(Request):
         # The store held the job until its eta; Celery's strategy must not hold it again (in
         # the worker's memory, outside the slot count). The task still sees its eta.
         self._eta = None
+        self._failed = False
+
+    @property
+    def lease(self) -> Lease | None:
+        """The lease of a job claimed from the fair store (None: a broker message)."""
+        channel = self.message.channel
+        return channel if isinstance(channel, Lease) else None
 
     def revoked(self) -> bool:
         """A job the store dropped past its ``expires`` is revoked as Celery revokes an expired
@@ -39,41 +45,37 @@ class FairRequest(Request):
             return True
         return bool(super().revoked())
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Celery's worker makes a subclass of this class per task (``create_request_cls``),
-        whose own ``on_success`` would skip ours: it is wrapped as Celery's is (below)."""
-        super().__init_subclass__(**kwargs)
-        if "on_success" in cls.__dict__:
-            cls.on_success = _noting_success(cls.__dict__["on_success"])
+    def acknowledge(self) -> None:
+        """Celery's ack, which settles the lease; after a success, the ack marks the job's key
+        done. Success is Celery's own record of this request (``task_ready(successful=True)``,
+        called just before this ack), unless this delivery failed or retried."""
+        lease = self.lease
+        if lease is not None and not self.acknowledged and not self._failed and \
+                self.id in successful_requests:
+            lease.succeeded()
+        super().acknowledge()
+
+    def on_timeout(self, soft: bool, timeout: float) -> None:
+        self._failed = self._failed or not soft
+        super().on_timeout(soft, timeout)
+
+    def on_retry(self, exc_info: Any) -> Any:
+        self._failed = True
+        return super().on_retry(exc_info)
 
     def on_failure(self, exc_info: Any, send_failed_event: bool = True,
                    return_ok: bool = False) -> Any:
+        self._failed = True
         exc = exc_info.exception
         if isinstance(exc, ExceptionWithTraceback):
             exc = exc.exc
-        channel = self.message.channel
-        if isinstance(exc, GiveBack) and isinstance(channel, FairChannel):
+        lease = self.lease
+        if isinstance(exc, GiveBack) and lease is not None:
             task_ready(self)
-            channel.give_back(self.message.delivery_tag)
+            self.acknowledged = True
+            lease.give_back()
             return None
         return super().on_failure(exc_info, send_failed_event, return_ok)
-
-
-def _noting_success(on_success: Callable[..., Any]) -> Callable[..., Any]:
-    """``on_success`` that first tells the fair channel the job succeeded: its ack (which
-    follows in Celery's ``on_success``) marks the business key done and records the success."""
-
-    @functools.wraps(on_success)
-    def noting_success(self: Request, failed__retval__runtime: Any, **kwargs: Any) -> Any:
-        channel = self.message.channel
-        if not failed__retval__runtime[0] and isinstance(channel, FairChannel):
-            channel.succeeded(self.message.delivery_tag)
-        return on_success(self, failed__retval__runtime, **kwargs)
-
-    return noting_success
-
-
-FairRequest.on_success = _noting_success(Request.on_success)
 
 
 class QuietGiveBack(logging.Filter):

@@ -16,9 +16,8 @@ from ..envelope import Envelope
 from ..errors import StoreUnavailableError
 from ..protocol import ACCOUNT_HEADER, JOB_KEY_HEADER, delivery_of
 from ..publish import eta_timestamp
-from ..store import store_for
+from ..store import Lease, store_for
 from ..task import FairTask
-from .channel import FairChannel
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +29,7 @@ def fair_strategy(task: FairTask, app: Any, consumer: Any, **kwargs: Any) -> Any
 
     def task_message_handler(message: Any, body: Any, ack: Any, reject: Any, callbacks: Any,
                              **options: Any) -> Any:
-        if isinstance(message.channel, FairChannel):
+        if isinstance(message.channel, Lease):
             return handle(message, body, ack, reject, callbacks, **options)
         try:
             adopt(app, task, message)

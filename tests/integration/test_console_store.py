@@ -35,7 +35,7 @@ def drain(store, queues=("default",), limit=NO_LIMIT):
     while jobs := claim_jobs(store, list(queues), 1, TOKEN, limit):
         for job in jobs:
             order.append(job.account)
-            store.ack(job.queue, job.account, job.job_id, TOKEN)
+            store.ack(job)
     return order
 
 

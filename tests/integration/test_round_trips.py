@@ -80,8 +80,8 @@ def test_a_claim_cut_short_by_max_skips_asks_to_claim_again_at_once(make_store):
     for account in ("a", "b", "c"):
         store.enqueue(queue="default", account=account, job_id=f"{account}:0", envelope="{}")
     claim = store.claim(["default"], 1, "w", no_limit)  # a and b are skipped, then it stops
-    assert claim.jobs == [] and claim.next_due == 0  # c is still in rotation: again at once
-    assert [job.account for job in store.claim(["default"], 1, "w", no_limit).jobs] == ["c"]
+    assert claim.leases == [] and claim.next_due == 0  # c is still in rotation: again at once
+    assert [job.account for job in store.claim(["default"], 1, "w", no_limit).leases] == ["c"]
 
 
 def test_a_fair_task_acked_before_it_runs_still_marks_its_key_done(fair, celery_worker_factory,
@@ -104,7 +104,7 @@ def test_a_claim_with_nothing_due_reads_each_sets_head_once_and_promotes_nothing
     redis_client.config_resetstat()
     claim = store.claim(["default"], 1, "w", "0 1 0 -")
     commands = redis_client.info("commandstats")
-    assert claim.jobs == []
+    assert claim.leases == []
     assert "cmdstat_zrangebyscore" not in commands  # nothing was due: no promotion asked
     assert commands["cmdstat_zrange"]["calls"] == 2  # the delayed and paused heads, once each
     assert claim.next_due is not None and 0.9 < claim.next_due <= 1.0  # b, deferred just now

@@ -28,7 +28,7 @@ def drain(store: FairStore, queues=("default",), want=1, limit=NO_LIMIT, token=T
         for job in jobs:
             order.append(job.account)
             if ack:
-                store.ack(job.queue, job.account, job.job_id, token)
+                store.ack(job)
     return order
 
 
@@ -51,7 +51,7 @@ def test_each_account_keeps_fifo_order(store):
     while jobs := claim_jobs(store, ["default"], 2, TOKEN, NO_LIMIT):
         claimed += [j.job_id for j in jobs]
         for j in jobs:
-            store.ack("default", "acme", j.job_id, TOKEN)
+            store.ack(j)
     assert claimed == ids
 
 
@@ -98,7 +98,7 @@ def test_concurrency_cap_skips_account_until_a_job_settles(store):
     jobs = claim_jobs(store, ["default"], 5, TOKEN, NO_LIMIT)
     assert len(jobs) == 2
     assert claim_jobs(store, ["default"], 5, TOKEN, NO_LIMIT) == []
-    store.ack("default", "acme", jobs[0].job_id, TOKEN)
+    store.ack(jobs[0])
     assert len(claim_jobs(store, ["default"], 5, TOKEN, NO_LIMIT)) == 1
 
 
@@ -149,8 +149,8 @@ def test_expired_lease_returns_job_to_ready_in_its_place(make_store):
     [again] = claim_jobs(store, ["default"], 1, "live-worker", NO_LIMIT)
     assert again.job_id == first and again.deliveries == 2
     # the dead worker's late ack does not settle a job it no longer owns
-    assert store.ack("default", "acme", first, "dead-worker") is False
-    assert store.ack("default", "acme", first, "live-worker") is True
+    assert store.ack(job) is False
+    assert store.ack(again) is True
 
 
 def test_heartbeat_keeps_a_running_job_leased(make_store):
@@ -169,7 +169,7 @@ def test_requeue_keeps_fifo_place_and_frees_the_cap(store):
     first = put(store, "acme", 1)
     put(store, "acme", 2)
     [job] = claim_jobs(store, ["default"], 2, TOKEN, NO_LIMIT)
-    assert store.requeue("default", "acme", job.job_id, TOKEN)
+    assert store.requeue(job)
     [again] = claim_jobs(store, ["default"], 2, TOKEN, NO_LIMIT)
     assert again.job_id == first
 
@@ -185,7 +185,7 @@ def test_same_business_key_is_one_job_until_retention_passes(make_store):
     c = store.enqueue(queue="default", account="acme", job_id="t3:0", envelope="{}",
                       job_key="k1")
     assert not c.created  # running
-    store.ack("default", "acme", job.job_id, TOKEN)
+    store.ack(job)
     d = store.enqueue(queue="default", account="acme", job_id="t4:0", envelope="{}",
                       job_key="k1")
     assert not d.created and d.task_id == "t1"  # done, within retention
@@ -216,7 +216,7 @@ def test_poison_job_is_dead_lettered_after_max_deliveries(make_store):
     job_id = put(store, "acme", 1)
     for _ in range(2):
         [job] = claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT)
-        store.requeue("default", "acme", job.job_id, TOKEN)
+        store.requeue(job)
     assert claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT) == []
     assert store.client.hexists(store.keys.dead, job_id)
     assert "2 times" in store.client.hget(store.keys.dead, job_id)
@@ -259,8 +259,8 @@ def test_bulk_enqueue_and_ack_behave_as_one_call_each(store):
     assert results[7].task_id == "t2" and results[-1].delayed
     claimed = claim_jobs(store, ["default"], 10, TOKEN, NO_LIMIT)
     assert sorted(job.job_id for job in claimed) == [f"t{n}:0" for n in range(5)]
-    assert ack_many(store, claimed, TOKEN, chunk=2) == [True] * 5
-    assert ack_many(store, claimed, TOKEN) == [False] * 5  # settled already
+    assert ack_many(store, claimed, chunk=2) == [True] * 5
+    assert ack_many(store, claimed) == [False] * 5  # settled already
     assert store.counts("default")["running"] == 0
 
 

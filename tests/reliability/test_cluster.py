@@ -117,7 +117,7 @@ def test_every_store_operation_runs_on_a_cluster(cluster):
     assert status.queues[0].ready == 11
     assert StoreInspector(app).accounts().rows
     claimed = claim_jobs(store, ["default"], 20, "w1", AccountLimit().pack(0))
-    assert len(claimed) == 11 and all(ack_many(store, claimed, "w1"))
+    assert len(claimed) == 11 and all(ack_many(store, claimed))
     store.bury("x-1:0", "poison", job_key="k1", record={"task": "t", "account": "acme"})
     assert DeadLetters(app, store).count() == 1 and DeadLetters(app, store).list()
     put(store, "acme", 2, due=time.time() + 3600)

@@ -30,7 +30,7 @@ def test_many_accounts_cost_little_memory_and_leave_no_keys_behind(make_store, r
     no_limit = AccountLimit().pack(0)
     done = 0
     while jobs := claim_jobs(store, ["celery"], 64, "scale", no_limit):
-        assert all(ack_many(store, jobs, "scale"))
+        assert all(ack_many(store, jobs))
         done += len(jobs)
     time.sleep(0.6)
     while store.trim_done(batch=5000):
