@@ -31,7 +31,8 @@ A test then reads like production, without a worker::
 
 The runner claims jobs as a worker does (fairness, limits and leases apply) and runs each as a
 worker does, through Celery's request of the task in a solo pool, so retries, results, signals,
-the task's markers and the settling of its lease behave as in a worker. Jobs delayed by a countdown, an eta or a retry's backoff run once they are due.
+the task's markers and the settling of its lease behave as in a worker. Jobs delayed by a
+countdown, an eta or a retry's backoff run once they are due.
 """
 
 from __future__ import annotations
