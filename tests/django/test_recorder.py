@@ -23,7 +23,7 @@ from django.db import connections
 from django.utils import timezone
 
 import celery_fairqueue
-from celery_fairqueue.contrib.django import queries
+from celery_fairqueue.contrib.django import overview
 from celery_fairqueue.contrib.django.models import Attempt, Job
 from celery_fairqueue.contrib.django.recorder import NO_OUTCOME, Recorder
 from celery_fairqueue.contrib.django.recording import EXPIRED
@@ -381,7 +381,7 @@ def test_rate_limited_jobs_are_deferred_with_their_next_run(database, fair, star
                       VISIBLE_WITHIN)
     for job in Job.objects.filter(status=Status.DEFERRED):
         assert 50 < (job.next_run_at - timezone.now()).total_seconds() <= 60
-    assert queries.account_overview()[0]["deferred"] == 2
+    assert overview.account_overview()[0]["deferred"] == 2
 
 
 def test_delayed_jobs_are_recorded_ready_when_the_store_promotes_them(database, fair,
