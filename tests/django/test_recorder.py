@@ -24,9 +24,9 @@ from django.utils import timezone
 
 import celery_fairqueue
 from celery_fairqueue.contrib.django import overview
+from celery_fairqueue.contrib.django.fold import EXPIRED
 from celery_fairqueue.contrib.django.models import Attempt, Job
 from celery_fairqueue.contrib.django.recorder import NO_OUTCOME, Recorder
-from celery_fairqueue.contrib.django.recording import EXPIRED
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.store import store_for
 from celery_fairqueue.store.keys import encode_id
