@@ -14,10 +14,11 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connections
-from django.db.models import CharField, Q, TextField
+from django.db.models import Q
 from django.utils import timezone
 
 from ...protocol import Event
+from .columns import fit, from_columns, to_column
 from .fold import Fold, rows_needed
 from .models import Attempt, Job
 
@@ -91,46 +92,33 @@ class PostgresCopy:
                             "AS s WHERE a.id = s.id")
 
 
-def _text_fields(model: type[Job] | type[Attempt]) -> list[tuple[str, int | None]]:
-    return [(f.attname, f.max_length) for f in model._meta.concrete_fields
-            if isinstance(f, CharField | TextField)]
-
-
-TEXT_FIELDS = {Job: _text_fields(Job), Attempt: _text_fields(Attempt)}
-
-
-def _fit(row: Job | Attempt) -> Any:
-    """Make strings storable: ids in Redis may be longer than their column allows, PostgreSQL
-    refuses NUL characters, which an error message may hold, and no database takes a lone
-    surrogate (a file name from ``os.fsdecode``): it is kept as its escape."""
-    for name, max_length in TEXT_FIELDS[type(row)]:
-        value = getattr(row, name)
-        if not value.isascii():
-            value = value.encode("utf-8", "backslashreplace").decode()
-        if "\x00" in value or (max_length and len(value) > max_length):
-            value = value.replace("\x00", "")[:max_length]
-        setattr(row, name, value)
-    return row
-
-
 def load(fold: Fold, events: Sequence[Event], db: str) -> None:
     """Hand ``fold`` the stored rows ``events`` may touch, in two queries."""
     keys, tasks, deliveries = rows_needed(events)
     if not deliveries:
         return
-    fold.know(Job.objects.using(db).filter(Q(job_key__in=keys) | Q(task_id__in=tasks)),
-              Attempt.objects.using(db).filter(delivery_id__in=deliveries).order_by("id"))
+    jobs = Job.objects.using(db).filter(Q(job_key__in=_columns(keys))
+                                        | Q(task_id__in=_columns(tasks)))
+    attempts = (Attempt.objects.using(db).filter(delivery_id__in=_columns(deliveries))
+                .order_by("id"))
+    fold.know(map(from_columns, jobs), map(from_columns, attempts))
+
+
+def _columns(ids: set[str]) -> list[str]:
+    return [to_column(value) for value in ids]
 
 
 def write(fold: Fold, db: str) -> None:
     """Write what ``fold`` changed: the account-wide updates, then jobs and attempts."""
     now = timezone.now()
     for update, where, values in fold.account_updates:
+        where = {name: to_column(value) if name in ("queue", "account") else value
+                 for name, value in where.items()}
         Job.objects.using(db).filter(**where).update(**values, updated_at=now)
         logger.debug("fairqueue recorder: %s %s", update, where)
-    jobs = [_fit(job) for job in fold.dirty.values()]
-    attempts = [_fit(attempt) for attempt in fold.new_attempts]
-    closed = list(fold.closed_attempts.values())
+    jobs = [fit(job) for job in fold.dirty.values()]
+    attempts = [fit(attempt) for attempt in fold.new_attempts]
+    closed = [fit(attempt) for attempt in fold.closed_attempts.values()]
     connection = connections[db]
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor, connection.wrap_database_errors:
