@@ -237,31 +237,3 @@ def test_throughput_counts_each_minute_and_keeps_the_finished_ones(rel):
     overview = reverse("admin:celery_fairqueue_account_changelist")
     svg = logged_in(staff(*VIEWER)).get(overview).content.decode()
     assert "<svg" in svg and "4 succeeded, 1 dead-lettered" in svg
-
-
-@pytest.mark.parametrize("walk", [True, False])
-def test_overview_pages_accounts_by_oldest_waiting_job_then_the_rest(rel, monkeypatch, walk):
-    from celery_fairqueue.contrib.django import console
-
-    if not walk:  # the database groups every page
-        monkeypatch.setattr(console, "WALK_ACCOUNTS", 0)
-    now = timezone.now()
-    expected = []
-    for n in range(70):  # ties every 7: broken by account id
-        since = now - timedelta(minutes=100 - n // 7)
-        for k in range(2):  # two waiting jobs, the later one must not matter
-            Job.objects.create(job_key=f"w{n}-{k}", task_id=f"w{n}-{k}", delivery_id="x:0",
-                               task=SEND, queue="celery", account=f"w{n:02d}", status="ready",
-                               waiting_since=since + timedelta(minutes=k * 50))
-        expected.append((since, f"w{n:02d}"))
-    for n in range(15):
-        Job.objects.create(job_key=f"d{n}", task_id=f"d{n}", delivery_id="x:0", task=SEND,
-                           queue="celery", account=f"done{n:02d}", status="succeeded")
-        Job.objects.create(job_key=f"f{n}", task_id=f"f{n}", delivery_id="x:0", task=SEND,
-                           queue="celery", account=f"done{n:02d}", status="deferred",
-                           waiting_since=now + timedelta(hours=1))  # a countdown: not waiting
-    order = [a for _, a in sorted(expected)] + [f"done{n:02d}" for n in range(15)]
-    pages = [console.overview_accounts("oldest", "", p, 20, now) for p in range(1, 6)]
-    assert [a for page in pages for a in page.accounts] == order
-    assert [page.has_next for page in pages] == [True, True, True, True, False]
-    assert pages[3].waiting_accounts == 70

@@ -23,11 +23,13 @@ from django.db import connections
 from django.utils import timezone
 
 import celery_fairqueue
-from celery_fairqueue.contrib.django import queries
+from celery_fairqueue.contrib.django import overview
+from celery_fairqueue.contrib.django.columns import from_column
+from celery_fairqueue.contrib.django.fold import EXPIRED
 from celery_fairqueue.contrib.django.models import Attempt, Job
 from celery_fairqueue.contrib.django.recorder import NO_OUTCOME, Recorder
-from celery_fairqueue.contrib.django.recording import EXPIRED
 from celery_fairqueue.limits import AccountLimit
+from celery_fairqueue.protocol import MAX_ID_LENGTH
 from celery_fairqueue.store import store_for
 from celery_fairqueue.store.keys import encode_id
 from tests.django.conftest import listen
@@ -275,6 +277,45 @@ def test_long_ids_and_nul_characters_are_stored(database, stream, recorder):
     assert job.args == {"x": "nul"} and job.last_error == "Boom: "
 
 
+#: Pairs of distinct account ids the store takes (each at most MAX_ID_LENGTH UTF-8 bytes, a
+#: lone surrogate counted as 3) that a lossy column form would make one: ids that differ only
+#: past the column's length once each lone surrogate is escaped to 6 characters, a lone
+#: surrogate next to the text of its escape, a NUL (which PostgreSQL refuses) next to nothing.
+DISTINCT_ACCOUNTS = {
+    "long lone surrogates": ("\udc80" * (MAX_ID_LENGTH // 3) + "a",
+                             "\udc80" * (MAX_ID_LENGTH // 3) + "b"),
+    "escape lookalike": ("\udc80", "\\udc80"),
+    "nul": ("a\x00b", "ab"),
+}
+
+
+@pytest.mark.parametrize("pair", DISTINCT_ACCOUNTS.values(), ids=DISTINCT_ACCOUNTS.keys())
+def test_two_distinct_accounts_stay_two_rows(database, stream, recorder, pair):
+    for n, account in enumerate(pair):
+        assert len(account.encode("utf-8", "surrogatepass")) <= MAX_ID_LENGTH
+        encode_id(account)  # the store takes it
+        stream.send("enqueued", job=f"t{n}:0", q=encode_id("default"), a=encode_id(account),
+                    k=f"key{n}", t="tests.apps.fair.job", args="{}")
+    assert drain(recorder) == 2 and recorder.skipped == 0
+    recorded = dict(Job.objects.values_list("job_key", "account"))
+    assert len(set(recorded.values())) == 2, recorded
+    assert len(overview.account_overview()) == 2
+    assert {from_column(account) for account in recorded.values()} == set(pair)  # lossless
+
+
+def test_a_limit_defers_the_recorded_jobs_of_an_account_with_a_lone_surrogate(
+        database, stream, recorder):
+    account = "caf\udce9"  # os.fsdecode of a Latin-1 name
+    stream.send("enqueued", job="t0:0", q=encode_id("default"), a=encode_id(account), k="k0",
+                t="tests.apps.fair.job", args="{}")
+    drain(recorder)  # the account event meets a stored row
+    stream.send("account_deferred", q=encode_id("default"), a=encode_id(account),
+                due=1_800_000_000)
+    assert drain(recorder) == 1 and recorder.skipped == 0
+    job = Job.objects.get()
+    assert job.status == Status.DEFERRED and from_column(job.account) == account
+
+
 def test_rate_limited_account_is_deferred_then_ready(database, stream, recorder):
     stream.enqueue(key="a1", account="whale")
     stream.enqueue(key="a2", account="whale")
@@ -381,7 +422,7 @@ def test_rate_limited_jobs_are_deferred_with_their_next_run(database, fair, star
                       VISIBLE_WITHIN)
     for job in Job.objects.filter(status=Status.DEFERRED):
         assert 50 < (job.next_run_at - timezone.now()).total_seconds() <= 60
-    assert queries.account_overview()[0]["deferred"] == 2
+    assert overview.account_overview()[0]["deferred"] == 2
 
 
 def test_delayed_jobs_are_recorded_ready_when_the_store_promotes_them(database, fair,

@@ -19,7 +19,7 @@ from django.urls import reverse
 from ...reports import limit_text
 from ...store import QueueState
 from ...tables import duration
-from . import console
+from . import console, overview
 from .actions import (
     CANCEL_PERMISSION,
     LIMIT_PERMISSION,
@@ -133,15 +133,16 @@ def overview_view(request: HttpRequest, context: dict[str, Any]) -> HttpResponse
     """Accounts by oldest waiting job (or by id), paged in the database, with their reason
     now; per-queue totals, throughput over the last hour, live workers."""
     sort = request.GET.get("o", "oldest")
-    sort = sort if sort in console.SORTS else "oldest"
+    sort = sort if sort in overview.SORTS else "oldest"
     query = request.GET.get("q", "").strip()
     try:
         number = max(int(request.GET.get("p", "1")), 1)
     except ValueError:
         number = 1
     now = console.now()
-    page = console.overview_accounts(sort, query, number, PAGE_SIZE, now)
-    recorded = console.overview_rows(page.accounts, now)
+    page = overview.overview_page(sort, query, number, PAGE_SIZE, now)
+    recorded = {row["account"]: row
+                for row in overview.account_overview(now, accounts=page.accounts)}
     live = store_live(celery_app(), page.accounts)
     rows = []
     for account in page.accounts:
@@ -150,7 +151,7 @@ def overview_view(request: HttpRequest, context: dict[str, Any]) -> HttpResponse
             "account": account, "url": account_url(account),
             "reasons": reason_of(live.states.get(account, [])),
             "counts": [row.get(s, 0) for s in ("ready", "deferred", "running", "failed", "dead")],
-            "oldest_waiting": duration(console.age(row.get("oldest_waiting"), now)),
+            "oldest_waiting": duration(row.get("oldest_waiting_age")),
             "last_success": exact(row.get("last_success")),
             "last_error": row.get("last_error") or "",
         })

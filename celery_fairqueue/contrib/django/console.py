@@ -1,117 +1,30 @@
-"""What the support console reads from the database: the overview's page of accounts, an
-account's recorded history per queue, throughput over the last hour.
-
-The overview pages in the database, so its cost does not grow with the number of accounts: the
-sort by oldest waiting job reads only waiting jobs (``Job.waiting_since``, indexed), the sort by
-account walks the account index, and the counts are then read for the page's accounts alone.
+"""What the support console reads from the database besides the account overview
+(overview.py): an account's recorded history per queue, its recent jobs, throughput over the
+last hour.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connections
-from django.db.models import Count, F, Max, Min, OuterRef, Q, QuerySet, Subquery, TextField
+from django.db.models import Count, Max, Min, Q, TextField
 from django.db.models.functions import Cast, Substr, TruncMinute
 from django.utils import timezone
 
 from .models import Attempt, Job
+from .overview import age
+
+__all__ = ["account_queues", "age", "now", "recent_jobs", "throughput"]
 
 Status = Job.Status
 HOUR = timedelta(hours=1)
-SORTS = ("oldest", "account")
 FAILED_OUTCOMES = (Attempt.Outcome.RETRYING, Attempt.Outcome.FAILED, Attempt.Outcome.DEAD)
-BROKEN = (Status.FAILED, Status.DEAD)
-WALK_ACCOUNTS = 1000  # pages up to this many accounts deep walk the waiting jobs in order
-WALK_ROWS = 10_000  # most waiting jobs one walk reads
-
-
-@dataclass
-class OverviewPage:
-    """One page of the overview: its accounts in order, and where the next page starts."""
-
-    accounts: list[str]
-    number: int
-    has_next: bool
-    waiting_accounts: int | None  # accounts with a waiting job, when this page counted them
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # account -> its figures
-
-
-def _jobs(search: str) -> QuerySet[Job]:
-    return Job.objects.filter(account__icontains=search) if search else Job.objects.all()
 
 
 def _waiting(now: datetime) -> Q:
     return Q(waiting_since__lte=now)
-
-
-def _walk_waiting(search: str, now: datetime, want: int) -> list[str] | None:
-    """The first ``want`` accounts by oldest waiting job, read from the waiting jobs in order
-    of ``waiting_since`` (an index walk that stops early): the first pages cost a few hundred
-    rows, not a grouping of every waiting job. Fewer when fewer wait; None when the walk read
-    ``WALK_ROWS`` rows first (accounts with many waiting jobs: let the database group)."""
-    seen: dict[str, None] = {}
-    rows = (_jobs(search).filter(_waiting(now)).order_by("waiting_since", "account")
-            .values_list("account", flat=True))
-    for n, account in enumerate(rows[:WALK_ROWS].iterator(chunk_size=500)):
-        seen.setdefault(account)
-        if len(seen) >= want:
-            return list(seen)
-        if n + 1 >= WALK_ROWS:
-            return None
-    return list(seen)
-
-
-def overview_accounts(sort: str, search: str, number: int, size: int,
-                      now: datetime) -> OverviewPage:
-    """The accounts of page ``number`` (from 1): by oldest waiting job (those with a waiting job
-    first, oldest first, then the others by id), or by id."""
-    start = (max(number, 1) - 1) * size
-    if sort == "account":
-        accounts = list(_jobs(search).values_list("account", flat=True).distinct()
-                        .order_by("account")[start:start + size + 1])
-        return OverviewPage(accounts[:size], number, len(accounts) > size, None)
-    waiting = (_jobs(search).filter(_waiting(now)).values("account")
-               .annotate(oldest=Min("waiting_since")).order_by("oldest", "account"))
-    want = start + size + 1
-    walked = _walk_waiting(search, now, want) if want <= WALK_ACCOUNTS else None
-    count: int | None = None
-    if walked is not None:
-        accounts = walked[start:]
-        count = len(walked) if len(walked) < want else None
-    else:
-        accounts = [row["account"] for row in waiting[start:start + size + 1]]
-    if len(accounts) <= size:  # past the waiting accounts: the others, by id
-        count = waiting.count() if count is None else count
-        skip = max(start - count, 0)
-        others = (_jobs(search).values("account")
-                  .annotate(waiting=Count("id", filter=_waiting(now))).filter(waiting=0)
-                  .order_by("account").values_list("account", flat=True))
-        accounts += list(others[skip:skip + size + 1 - len(accounts)])
-    return OverviewPage(accounts[:size], number, len(accounts) > size, count)
-
-
-def overview_rows(accounts: list[str], now: datetime) -> dict[str, dict[str, Any]]:
-    """Counts by status, oldest waiting, last success and last error of these accounts."""
-    if not accounts:
-        return {}
-    last_broken = (Job.objects.filter(account=OuterRef("account"), status__in=BROKEN)
-                   .order_by(F("finished_at").desc(nulls_last=True), "-id"))
-    counts = {str(s): Count("id", filter=Q(status=s)) for s in
-              (Status.READY, Status.DEFERRED, Status.RUNNING, Status.FAILED, Status.DEAD)}
-    rows = (Job.objects.filter(account__in=accounts).values("account")
-            .annotate(**counts, oldest_waiting=Min("waiting_since", filter=_waiting(now)),
-                      last_success=Max("finished_at", filter=Q(status=Status.SUCCEEDED)),
-                      last_error=Subquery(last_broken.values("last_error")[:1]))
-            .order_by())
-    return {row["account"]: row for row in rows}
-
-
-def age(since: datetime | None, now: datetime) -> float | None:
-    """Seconds from ``since`` to ``now``; None for no time."""
-    return None if since is None else max(0.0, (now - since).total_seconds())
 
 
 def account_queues(account: str, now: datetime) -> dict[str, dict[str, Any]]:

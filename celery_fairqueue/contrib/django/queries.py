@@ -3,24 +3,19 @@
 Everything here reads the tables the recorder writes (see recorder.py), so it answers "how is
 account X doing" without touching Redis. The alerting signal is the age of the oldest ready job
 (how long work waits for a worker), not the queue depth: a deep queue that drains fast is fine,
-a short one that nobody claims is not.
+a short one that nobody claims is not. The account overview is overview.py's.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
-from django.db.models import Count, F, Max, Min, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Min, QuerySet
 from django.utils import timezone
 
 from .models import Job
 
 Status = Job.Status
-COUNTED = (Status.READY, Status.DEFERRED, Status.RUNNING, Status.SUCCEEDED, Status.FAILED,
-           Status.DEAD)
-WAITING = (Status.READY, Status.DEFERRED)
-BROKEN = (Status.FAILED, Status.DEAD)
 
 
 def jobs_for(account: str, status: str | None = None) -> QuerySet[Job]:
@@ -52,39 +47,3 @@ def oldest_ready_age_by_queue(now: datetime | None = None) -> dict[str, float]:
     rows = (Job.objects.filter(status=Status.READY, enqueued_at__isnull=False)
             .values("queue").annotate(oldest=Min("enqueued_at")).order_by())
     return {row["queue"]: _age(row["oldest"], now) or 0.0 for row in rows}
-
-
-def account_overview_rows(search: str = "") -> QuerySet[Job, dict[str, Any]]:
-    """The account overview as one grouped query, for paging in the database: one row per
-    account (whose id contains ``search``, if given), ordered by account. Pass each row through
-    :func:`overview_row`.
-
-    The counts and times are conditional aggregates, and the last error (of the account's most
-    recently finished failed or dead job) is a correlated subquery, so the cost does not grow
-    with a query per account, and a page reads only its own accounts' rows.
-    """
-    last_broken = (Job.objects.filter(account=OuterRef("account"), status__in=BROKEN)
-                   .order_by(F("finished_at").desc(nulls_last=True), "-updated_at", "-id"))
-    counts = {str(status): Count("id", filter=Q(status=status)) for status in COUNTED}
-    jobs = Job.objects.filter(account__icontains=search) if search else Job.objects.all()
-    return (jobs.values("account")
-            .annotate(**counts,
-                      oldest_ready=Min("enqueued_at", filter=Q(status=Status.READY)),
-                      next_run_at=Min("next_run_at", filter=Q(status__in=WAITING)),
-                      last_failed_at=Max("finished_at", filter=Q(status__in=BROKEN)),
-                      last_error=Subquery(last_broken.values("last_error")[:1]))
-            .order_by("account"))
-
-
-def overview_row(row: dict[str, Any], now: datetime | None = None) -> dict[str, Any]:
-    """A row of :func:`account_overview_rows` with the oldest ready job's age in seconds."""
-    row = dict(row)
-    row["oldest_ready_age"] = _age(row.pop("oldest_ready"), now)
-    row["last_error"] = row["last_error"] or ""
-    return row
-
-
-def account_overview(now: datetime | None = None) -> list[dict[str, Any]]:
-    """One row per account: job counts by status, oldest ready age, next run, last error."""
-    now = now or timezone.now()
-    return [overview_row(row, now) for row in account_overview_rows()]

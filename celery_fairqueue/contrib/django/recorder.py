@@ -1,16 +1,17 @@
 """The recorder: applies the event stream (events.py) to the Job and Attempt tables.
 
 It reads batches through the stream's consumer group, folds each batch into the rows it touches
-in memory (one query loads them, one upsert writes them back, all in one transaction) and only
-then acknowledges the events. A database or Redis that is down makes it log, back off and read
-the same unacknowledged events again, so nothing is lost: they are applied when both are back.
-A batch the database refuses for its content (not its absence) is applied event by event and
-the offending event skipped with an error log, so one bad event cannot stall recording.
+in memory (fold.py: one handler per event type), with the writer (writer.py) loading those rows
+first and writing them back after, all in one transaction, and only then acknowledges the
+events. A database or Redis that is down makes it log, back off and read the same
+unacknowledged events again, so nothing is lost: they are applied when both are back. A batch
+the database refuses for its content (not its absence) is applied event by event and the
+offending event skipped with an error log, so one bad event cannot stall recording.
 
 Recording must not slow the jobs down: after a batch smaller than ``batch`` the recorder waits
 ``linger_ms`` so the next one gathers more events (group commit), and on PostgreSQL the rows go
-through COPY (see ``PostgresCopy``). State is visible within ``block_ms + linger_ms`` plus the
-write, well under 2 s.
+through COPY (see ``writer.PostgresCopy``). State is visible within ``block_ms + linger_ms``
+plus the write, well under 2 s.
 
 One recorder leads at a time. Events must be applied in stream order (a ``running`` applied
 after the ``succeeded`` of the same delivery would show a finished job as running), and a
@@ -52,8 +53,9 @@ from ...errors import StoreUnavailableError
 from ...protocol import Event
 from ...settings import settings_for
 from ...store import EventReader, FairStore, Leadership
+from . import writer
+from .fold import NO_OUTCOME, Fold
 from .models import Job
-from .recording import NO_OUTCOME, Batch
 
 __all__ = ["NO_OUTCOME", "Recorder", "default_consumer_name"]
 
@@ -132,14 +134,14 @@ class Recorder:
                 logger.exception("fairqueue recorder: skipped event %s of type %r (job %s)",
                                  event.id, event.type, event.job_id)
 
-    def apply(self, events: list[Event]) -> Batch:
+    def apply(self, events: list[Event]) -> Fold:
         """Write the effect of ``events`` (in stream order) in one transaction."""
-        batch = Batch(events, self.db, self._paused)
+        fold = Fold(self._paused)
         with transaction.atomic(using=self.db):
-            batch.load()
-            batch.apply()
-            batch.write()
-        return batch
+            writer.load(fold, events, self.db)
+            fold.apply(events)
+            writer.write(fold, self.db)
+        return fold
 
     def run_forever(self, stop_event: threading.Event) -> None:
         """Record until ``stop_event`` is set, backing off while the database or Redis is down."""

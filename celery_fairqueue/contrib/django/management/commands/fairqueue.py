@@ -18,7 +18,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.management.base import BaseCommand, CommandError
 
 from celery_fairqueue.contrib.django.conf import celery_app
-from celery_fairqueue.contrib.django.queries import account_overview
+from celery_fairqueue.contrib.django.overview import account_overview
 from celery_fairqueue.contrib.django.views import purge_dead_letters, replay_dead_letters, require
 from celery_fairqueue.errors import DeadLetterNotFound, StoreUnavailableError
 from celery_fairqueue.install import pause, resume

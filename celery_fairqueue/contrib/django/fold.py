@@ -1,0 +1,311 @@
+"""The recorder's fold: how a batch of events changes the Job and Attempt rows it touches.
+
+Pure logic: the fold is handed the rows the writer loaded (:meth:`Fold.know`), applies the
+events in stream order to them in memory, and leaves what to write in ``dirty``,
+``new_attempts``, ``closed_attempts`` and ``account_updates``; writer.py reads and writes the
+database, recorder.py runs both in one transaction. Each event type has one handler, in
+:data:`HANDLERS`, keyed by ``EventType``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+
+from ...protocol import Event, EventType, parse_delivery_id, task_id_of
+from .models import Attempt, Job
+
+logger = logging.getLogger("celery_fairqueue.contrib.django.recorder")
+
+Status = Job.Status
+Outcome = Attempt.Outcome
+NO_OUTCOME = "settled without an outcome (revoked or rejected)"
+EXPIRED = "expired before it ran (Celery's expires): dropped from the fair store"
+FINAL = (Status.SUCCEEDED, Status.DEAD, Status.REVOKED)
+#: Every event type of the stream (``EventType``'s constants).
+EVENT_TYPES = frozenset(value for name, value in vars(EventType).items() if name.isupper())
+
+
+def _time(seconds: float | None) -> datetime | None:
+    """A stream time as a datetime; one past what a datetime holds (a Retry-After of years,
+    before max_retry_delay cut it) is the latest one, not an error."""
+    if not seconds:
+        return None
+    try:
+        return datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError):
+        return datetime.max.replace(tzinfo=UTC) if seconds > 0 else None
+
+
+def _retries(job_id: str) -> int:
+    """The retry count in a delivery id ``<task id>:<retries>`` (-1 when there is none)."""
+    task_id, retries = parse_delivery_id(job_id)
+    return retries if task_id != job_id else -1
+
+
+def _args(event: Event) -> dict:
+    try:  # PostgreSQL's jsonb refuses NUL characters
+        shown = json.loads((event.args or "{}").replace("\\u0000", ""))
+    except ValueError:
+        return {}
+    return shown if isinstance(shown, dict) else {"args": shown}
+
+
+def key_of(event: Event) -> str:
+    """The business key of an ``enqueued`` event's job (``task:<id>`` when it has none)."""
+    return event.job_key or f"task:{event.task_id}"
+
+
+def rows_needed(events: Iterable[Event]) -> tuple[set[str], set[str], set[str]]:
+    """What the writer loads before a fold of ``events``: (business keys, task ids, delivery
+    ids); the jobs that have one of the keys or task ids, the attempts of the deliveries."""
+    deliveries = {e.job_id: e for e in events if e.job_id}
+    keys = {key_of(e) for e in deliveries.values() if e.type == EventType.ENQUEUED}
+    return keys, {task_id_of(delivery) for delivery in deliveries}, set(deliveries)
+
+
+class Fold:
+    """The rows one batch of events touches, changed in memory; no database, no Redis."""
+
+    def __init__(self, paused: dict[tuple[str, str], datetime] | None = None) -> None:
+        self.paused = {} if paused is None else paused  # (queue, account) -> pause ends
+        self.by_key: dict[str, Job] = {}
+        self.by_task: dict[str, Job] = {}
+        self.attempts: dict[str, list[Attempt]] = {}  # delivery id -> its attempts, oldest first
+        self.dirty: dict[str, Job] = {}
+        self.new_attempts: list[Attempt] = []
+        self.closed_attempts: dict[int, Attempt] = {}
+        self.account_updates: list[tuple[str, dict, dict]] = []
+
+    def know(self, jobs: Iterable[Job], attempts: Iterable[Attempt] = ()) -> None:
+        """The stored rows the events may touch: jobs, and attempts oldest first."""
+        for job in jobs:
+            self.by_key[job.job_key] = job
+            self.by_task[job.task_id] = job
+        for attempt in attempts:
+            self.attempts.setdefault(attempt.delivery_id, []).append(attempt)
+
+    def apply(self, events: Iterable[Event]) -> None:
+        """Fold ``events``, in stream order, into the rows."""
+        for event in events:
+            handler = HANDLERS.get(event.type)
+            if handler is None:
+                logger.debug("fairqueue recorder: ignoring event type %r", event.type)
+                continue
+            handler(self, event)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def job_for(self, event: Event) -> Job | None:
+        """The job of a job event, or None when it is unknown or the event is stale."""
+        job = self.by_task.get(event.task_id or "")
+        if job is None:
+            logger.debug("fairqueue recorder: %s of unknown job %s skipped", event.type,
+                         event.job_id)
+            return None
+        if _retries(event.job_id or "") < _retries(job.delivery_id):
+            return None  # an earlier delivery's late news: the job has moved on
+        self.dirty[job.job_key] = job
+        return job
+
+    def open_attempt(self, event: Event) -> Attempt | None:
+        attempts = self.attempts.get(event.job_id or "")
+        if attempts and attempts[-1].outcome == Outcome.RUNNING:
+            return attempts[-1]
+        return None
+
+    def close_attempt(self, event: Event, outcome: str, error: str = "") -> None:
+        attempt = self.open_attempt(event)
+        if attempt is None:
+            return
+        attempt.outcome = outcome
+        attempt.error = error
+        attempt.finished_at = _time(event.at)
+        if attempt.pk is not None:
+            self.closed_attempts[attempt.pk] = attempt
+
+    def run_at(self, job: Job, due: datetime | None, now: datetime | None) -> datetime | None:
+        """When a job due at ``due`` (None: now) runs: later if its account is paused by a
+        limit, since its job is ready in Redis but waits for the account; None for now."""
+        pause_ends = self.paused.get((job.queue, job.account))
+        if pause_ends and now and pause_ends > (due or now):
+            return pause_ends
+        return due
+
+    def same_account(self, event: Event) -> list[Job]:
+        return [job for job in self.by_key.values()
+                if job.queue == event.queue and job.account == event.account]
+
+    # -- job events ----------------------------------------------------------------------------
+
+    def on_enqueued(self, event: Event) -> None:
+        if not event.task_id:
+            return
+        key = key_of(event)
+        job = self.by_key.get(key)
+        if job is None:
+            job = Job(job_key=key, task_id=event.task_id, enqueued_at=_time(event.at))
+        elif job.task_id != event.task_id:
+            # the key's earlier job is gone (replayed from the dead letters, or done long ago)
+            self.by_task.pop(job.task_id, None)
+            job.task_id, job.enqueued_at = event.task_id, _time(event.at)
+            job.started_at = job.finished_at = None
+            job.last_error = job.external_id = job.worker = job.dead_reason = ""
+        elif _retries(event.job_id or "") < _retries(job.delivery_id):
+            return
+        job.enqueued_at = job.enqueued_at or _time(event.at)
+        job.delivery_id = event.job_id or ""
+        job.task = event.task or job.task
+        job.queue = event.queue or job.queue
+        job.account = event.account or job.account
+        job.args = _args(event)
+        job.attempts = event.attempt - 1
+        due = _time(event.due) if event.due and event.due > event.at else None
+        job.waiting_since = due or _time(event.at)
+        due = self.run_at(job, due, _time(event.at))
+        job.status = Status.DEFERRED if due else Status.READY
+        job.next_run_at = due
+        self.by_key[key] = self.by_task[job.task_id] = self.dirty[key] = job
+
+    def on_promoted(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None or job.status != Status.DEFERRED or job.delivery_id != event.job_id:
+            return
+        due = self.run_at(job, None, _time(event.at))
+        job.status, job.next_run_at = (Status.DEFERRED if due else Status.READY), due
+
+    def on_running(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None or (job.status in FINAL and job.delivery_id == event.job_id):
+            return
+        started = _time(event.at)
+        job.status, job.started_at, job.next_run_at = Status.RUNNING, started, None
+        job.waiting_since = None
+        job.worker = event.worker
+        job.attempts = event.attempt
+        job.delivery_id = event.job_id or job.delivery_id
+        attempts = self.attempts.setdefault(job.delivery_id, [])
+        if any(a.started_at == started for a in attempts):
+            return  # this batch was applied before and its ack got lost
+        attempt = Attempt(job=job, number=event.attempt, delivery_id=job.delivery_id,
+                          worker=job.worker, started_at=started)
+        attempts.append(attempt)
+        self.new_attempts.append(attempt)
+
+    def on_succeeded(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None:
+            return
+        job.status, job.finished_at, job.next_run_at = Status.SUCCEEDED, _time(event.at), None
+        job.waiting_since = None
+        job.external_id = event.external_id
+        self.close_attempt(event, Outcome.SUCCEEDED)
+
+    def on_retrying(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None:
+            return
+        error = event.error or event.reason
+        job.last_error = error
+        job.status, job.next_run_at = Status.DEFERRED, _time(event.due)
+        job.waiting_since = _time(event.due) or _time(event.at)
+        self.close_attempt(event, Outcome.RETRYING, error)
+
+    def on_failed(self, event: Event) -> None:
+        # the dead event follows; failed until then, so a lost dead event still shows a failure
+        job = self.job_for(event)
+        if job is None:
+            return
+        error = event.error or event.reason
+        job.last_error = error
+        job.status, job.finished_at = Status.FAILED, _time(event.at)
+        job.waiting_since, job.dead_reason = None, event.reason or job.dead_reason
+        self.close_attempt(event, Outcome.FAILED, error)
+
+    def on_dead(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None:
+            return
+        reason = event.reason
+        job.status, job.finished_at, job.next_run_at = Status.DEAD, _time(event.at), None
+        job.last_error = job.last_error or reason
+        job.waiting_since, job.dead_reason = None, reason or job.dead_reason
+        self.close_attempt(event, Outcome.DEAD, reason)  # rejected or poison: no failed event
+
+    def on_requeued(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None or job.status in FINAL:
+            return
+        job.status, job.next_run_at = Status.READY, None
+        job.waiting_since = _time(event.at)
+        self.close_attempt(event, Outcome.REQUEUED,
+                           event.reason or "given back by the worker")
+
+    def on_cancelled(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None or job.status in FINAL:
+            return
+        job.status, job.finished_at, job.next_run_at = Status.REVOKED, _time(event.at), None
+        job.waiting_since = None
+
+    def on_expired(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None or job.status in FINAL:
+            return
+        job.status, job.finished_at, job.next_run_at = Status.REVOKED, _time(event.at), None
+        job.last_error, job.waiting_since = EXPIRED, None
+
+    def on_acked(self, event: Event) -> None:
+        job = self.job_for(event)
+        if job is None or job.status != Status.RUNNING or job.delivery_id != event.job_id:
+            return
+        job.status, job.finished_at, job.last_error = Status.FAILED, _time(event.at), NO_OUTCOME
+        job.waiting_since = None
+        self.close_attempt(event, Outcome.FAILED, NO_OUTCOME)
+
+    # -- account events ------------------------------------------------------------------------
+
+    def on_account_deferred(self, event: Event) -> None:
+        due = _time(event.due)
+        assert due is not None and event.queue and event.account
+        self.paused[(event.queue, event.account)] = due
+        for job in self.same_account(event):
+            if job.status == Status.READY:
+                job.status, job.next_run_at = Status.DEFERRED, due
+                self.dirty[job.job_key] = job
+        self.account_updates.append((
+            "deferred", {"queue": event.queue, "account": event.account, "status": Status.READY},
+            {"status": Status.DEFERRED, "next_run_at": due}))
+
+    def on_account_ready(self, event: Event) -> None:
+        at = _time(event.at)
+        assert at is not None and event.queue and event.account
+        self.paused.pop((event.queue, event.account), None)
+        for job in self.same_account(event):
+            if job.status == Status.DEFERRED and job.next_run_at and job.next_run_at <= at:
+                job.status, job.next_run_at = Status.READY, None
+                self.dirty[job.job_key] = job
+        self.account_updates.append((
+            "ready", {"queue": event.queue, "account": event.account,
+                      "status": Status.DEFERRED, "next_run_at__lte": at},
+            {"status": Status.READY, "next_run_at": None}))
+
+
+#: The one handler of each event type.
+HANDLERS: dict[str, Callable[[Fold, Event], None]] = {
+    EventType.ENQUEUED: Fold.on_enqueued,
+    EventType.PROMOTED: Fold.on_promoted,
+    EventType.RUNNING: Fold.on_running,
+    EventType.REQUEUED: Fold.on_requeued,
+    EventType.ACKED: Fold.on_acked,
+    EventType.DEAD: Fold.on_dead,
+    EventType.ACCOUNT_DEFERRED: Fold.on_account_deferred,
+    EventType.ACCOUNT_READY: Fold.on_account_ready,
+    EventType.CANCELLED: Fold.on_cancelled,
+    EventType.EXPIRED: Fold.on_expired,
+    EventType.SUCCEEDED: Fold.on_succeeded,
+    EventType.FAILED: Fold.on_failed,
+    EventType.RETRYING: Fold.on_retrying,
+}
