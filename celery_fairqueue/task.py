@@ -225,6 +225,10 @@ class ReliableTask(Task):
         request = self.request
         if request.called_directly:
             return super().__call__(*args, **kwargs)
+        if request.is_eager:  # task_always_eager, apply(): run as Celery does; no store
+            request.job_key = job_key_of(request) or self.business_key(
+                self.account_of(args, kwargs), args, kwargs)
+            return super().__call__(*args, **kwargs)
         job_key = job_key_of(request)
         request.job_key = job_key  # the public name, whichever header carried it
         job_id = delivery_of(request)
