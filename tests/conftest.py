@@ -19,6 +19,8 @@ pytest_plugins = ["tests.harness.fixtures"]
 FIGURES = pytest.StashKey[list[str]]()
 #: A test whose body runs longer than this is marked ``slow``, so ``make check`` leaves it out.
 SLOW_SECONDS = 2.0
+#: The folders ``make check`` runs (with ``-m "not slow"``).
+CHECKED = ("tests/unit/", "tests/integration/", "tests/django/")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,7 +47,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     unmarked = sorted((report.duration, report.nodeid)
                       for report in terminalreporter.stats.get("passed", [])
                       if report.when == "call" and report.duration > SLOW_SECONDS
-                      and "slow" not in report.keywords)
+                      and "slow" not in report.keywords and report.nodeid.startswith(CHECKED))
     if unmarked:
         terminalreporter.section(f"over {SLOW_SECONDS:g} s, not marked slow (make check runs them)")
         for seconds, nodeid in reversed(unmarked):
