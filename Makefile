@@ -1,11 +1,12 @@
 # Everything from a fresh machine to a green test run: `make test`. `make demo` runs the example.
+# `make check` is the inner loop: lint and the tests not marked slow, in under 3 minutes.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 # Reinstall only when the package metadata changes.
 STAMP := $(VENV)/.stamp-install
 
-.PHONY: venv services test demo lint compat
+.PHONY: venv services test check demo lint compat
 
 venv: $(STAMP)
 
@@ -19,6 +20,11 @@ services:
 
 test: venv services
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Lint, the unit tests, and the integration and Django tests not marked slow (a test that takes
+# over 2 s on its own is marked slow; the run lists unmarked ones that did). `make test` runs all.
+check: lint services
+	$(PY) -m pytest tests/unit tests/integration tests/django -m "not slow" $(PYTEST_ARGS)
 
 demo: venv services
 	$(PY) example_project/run_demo.py

@@ -97,7 +97,7 @@ def claim_latencies(server, accounts: int, jobs: int, samples: int) -> tuple[lis
     from celery_fairqueue.store import FairStore
     from celery_fairqueue.store.client import make_client
     from celery_fairqueue.store.keys import Keys
-    from tests.harness.store_tools import claim_jobs
+    from tests.harness.store_tools import claim_jobs, enqueue_many
 
     client = server.client()
     client.flushall()
@@ -105,8 +105,8 @@ def claim_latencies(server, accounts: int, jobs: int, samples: int) -> tuple[lis
     store = FairStore(make_client(server.url), Keys(), settings)
     envelope = Envelope(body="[[], {}, {}]", headers={"task": "bench", "id": "x"}).to_json()
     before = int(client.info("memory")["used_memory"])
-    store.enqueue_many(dict(queue="celery", account=f"account-{n % accounts}",
-                            job_id=f"job-{n}:0", envelope=envelope) for n in range(jobs))
+    enqueue_many(store, (dict(queue="celery", account=f"account-{n % accounts}",
+                              job_id=f"job-{n}:0", envelope=envelope) for n in range(jobs)))
     per_job = (int(client.info("memory")["used_memory"]) - before) / jobs
     no_limit = AccountLimit().pack(0)
     latencies = []

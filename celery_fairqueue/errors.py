@@ -61,3 +61,9 @@ class InvalidLimitError(FairqueueError, ValueError):
 
 class DeadLetterNotFound(FairqueueError, KeyError):
     """No dead letter has that id (it was replayed or purged already)."""
+
+
+class ReplayLostError(FairqueueError):
+    """A replay's letter was taken by a replay or purge at the same time. Raised in the fair
+    publish path instead of :class:`DeadLetterNotFound`, whose ``KeyError`` kombu would take
+    for a lost connection (``OperationalError``); ``DeadLetters.replay`` turns it back."""

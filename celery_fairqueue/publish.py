@@ -19,7 +19,7 @@ from kombu.exceptions import EncodeError
 from kombu.serialization import dumps
 
 from .envelope import JSON_CONTENT_TYPE, Envelope
-from .errors import PayloadTooLargeError, SerializationError
+from .errors import DeadLetterNotFound, PayloadTooLargeError, ReplayLostError, SerializationError
 from .protocol import (
     ACCOUNT_HEADER,
     JOB_KEY_HEADER,
@@ -63,7 +63,10 @@ def install_publish_path(app: Celery) -> None:
         task = app.tasks.get(name)
         if not is_fair(task):
             return broker_send(producer, name, message, **options)
-        result = publish_fair(app, task, producer, message, options)
+        try:
+            result = publish_fair(app, task, producer, message, options)
+        except DeadLetterNotFound as exc:  # a KeyError: kombu would call it a lost connection
+            raise ReplayLostError(str(exc)) from exc
         last_enqueued_task_id.set(result.task_id)
         return None
 

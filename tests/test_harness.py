@@ -23,11 +23,11 @@ from tests.harness import (
 
 
 @pytest.fixture
-def harness(redis_server: RedisServer) -> ModuleType:
+def plain(redis_server: RedisServer) -> ModuleType:
     """The plain Celery test app; imported late because it reads the Redis URL at import."""
-    from tests.apps import harness
+    from tests.apps import plain
 
-    return harness
+    return plain
 
 
 def test_redis_server_answers_on_a_private_port(redis_server, redis_client):
@@ -92,12 +92,12 @@ def test_paused_redis_answers_nothing_until_resumed(redis_server_factory):
 
 
 @pytest.mark.parametrize("pool", ["threads", "prefork"])
-def test_worker_runs_tasks_through_the_broker(pool, harness, celery_worker_factory, ledger):
+def test_worker_runs_tasks_through_the_broker(pool, plain, celery_worker_factory, ledger):
     worker = celery_worker_factory(pool=pool, concurrency=2)
-    assert harness.add.delay(2, 3).get(timeout=10) == 5
-    assert harness.record.delay("job-1").get(timeout=10) == "job-1"
+    assert plain.add.delay(2, 3).get(timeout=10) == 5
+    assert plain.record.delay("job-1").get(timeout=10) == "job-1"
     assert ledger.counts() == {"job-1": 1}
-    ran_in = harness.worker_pid.delay().get(timeout=10)
+    ran_in = plain.worker_pid.delay().get(timeout=10)
     if pool == "prefork":
         assert ran_in in worker.children()
     else:
@@ -105,21 +105,21 @@ def test_worker_runs_tasks_through_the_broker(pool, harness, celery_worker_facto
 
 
 def test_stop_is_a_warm_shutdown_that_finishes_the_running_task(
-    harness, celery_worker_factory, ledger
+    plain, celery_worker_factory, ledger
 ):
     worker = celery_worker_factory(pool="threads")
-    result = harness.sleep_then_record.delay("warm", 1.0)
+    result = plain.sleep_then_record.delay("warm", 1.0)
     worker.wait_for_log(f"sleep_then_record[{result.id}] received", timeout=10)
     worker.stop()
     assert not worker.is_alive()
     assert ledger.counts() == {"warm": 1}
 
 
-def test_kill_sigkills_the_whole_process_group(harness, celery_worker_factory):
+def test_kill_sigkills_the_whole_process_group(plain, celery_worker_factory):
     worker = celery_worker_factory(pool="prefork", concurrency=2)
     children = worker.children()
     assert len(children) == 2
-    sleeper = harness.spawn_sleeper.delay().get(timeout=10)
+    sleeper = plain.spawn_sleeper.delay().get(timeout=10)
     assert sorted(process_group(worker.pid)) == sorted([worker.pid, *children, sleeper])
 
     worker.kill()
@@ -131,7 +131,7 @@ def test_kill_sigkills_the_whole_process_group(harness, celery_worker_factory):
 
 
 def test_a_killed_worker_starts_again_and_waits_for_its_new_ready_line(
-    harness, celery_worker_factory
+    plain, celery_worker_factory
 ):
     worker = celery_worker_factory()
     first = worker.pid
@@ -141,13 +141,13 @@ def test_a_killed_worker_starts_again_and_waits_for_its_new_ready_line(
 
     assert worker.pid != first and worker.is_alive()
     assert worker.log_path.read_text().count(f"{worker.hostname} ready.") == 2
-    assert harness.add.delay(1, 1).get(timeout=10) == 2
+    assert plain.add.delay(1, 1).get(timeout=10) == 2
 
 
 def test_worker_process_uses_the_redis_it_is_given(redis_server_factory, tmp_path, request):
     other = redis_server_factory()
     worker = WorkerProcess(
-        "tests.apps.harness",
+        "tests.apps.plain",
         redis_url=other.url,
         log_path=tmp_path / "worker.log",
         cwd=request.config.rootpath,
@@ -155,12 +155,12 @@ def test_worker_process_uses_the_redis_it_is_given(redis_server_factory, tmp_pat
     try:
         worker.start()
         client_app = Celery(broker=other.url, backend=other.url)
-        assert client_app.send_task("tests.apps.harness.add", (1, 2)).get(timeout=10) == 3
+        assert client_app.send_task("tests.apps.plain.add", (1, 2)).get(timeout=10) == 3
     finally:
         worker.kill()
 
 
-def test_kill_child_kills_one_child_and_the_worker_replaces_it(harness, celery_worker_factory):
+def test_kill_child_kills_one_child_and_the_worker_replaces_it(plain, celery_worker_factory):
     worker = celery_worker_factory(pool="prefork", concurrency=2)
     before = worker.children()
 
@@ -172,7 +172,7 @@ def test_kill_child_kills_one_child_and_the_worker_replaces_it(harness, celery_w
     assert wait_until(
         lambda: len(worker.children()) == 2 and killed not in worker.children(), timeout=10
     )
-    assert harness.worker_pid.delay().get(timeout=10) in worker.children()
+    assert plain.worker_pid.delay().get(timeout=10) in worker.children()
 
 
 def test_kill_child_needs_a_prefork_pool(celery_worker_factory):

@@ -1,6 +1,6 @@
-"""The operator's controls of the fair store: pause and resume, run a delayed job now, and the
-registry of live workers. Mixed into :class:`~celery_fairqueue.store.core.FairStore`, one method
-per Lua script like the rest of it.
+"""The operator's controls of the fair store: pause and resume, run a delayed job now, take, put
+back and purge dead letters, and the registry of live workers. Mixed into
+:class:`~celery_fairqueue.store.core.FairStore`, one method per Lua script like the rest of it.
 
 An operator pause is not a limit: a limit defers an account (its jobs get a later ready time
 and the claim wakes it when its token or window comes), a pause only takes the account (or the
@@ -165,6 +165,23 @@ class StoreControls:
         They queue behind their account's limits and pauses like any ready job."""
         return [job_id for job_id, queue in list(self.deliveries_of(task_id))
                 if self._run("run_now", [self.keys.queue(queue)], [job_id]) == 1]
+
+    # -- dead letters (DeadLetters reads them; these are its writes) ---------------------------
+
+    def take_dead(self, job_id: str) -> str | None:
+        """Take a dead letter out of the queue to replay it; None when a replay or purge at
+        the same time took it first."""
+        [taken] = self._run("take_dead", [], [job_id])
+        return str(taken) if taken else None
+
+    def restore_dead(self, job_id: str, letter: str, at: float) -> None:
+        """Put back a letter :meth:`take_dead` took (its replay could not be sent)."""
+        self._run("restore_dead", [], [job_id, letter, at])
+
+    def purge_dead(self, job_ids: Sequence[str], job_keys: Sequence[str]) -> int:
+        """Delete these dead letters with the markers their own jobs wrote (``job_keys``: the
+        letters' encoded business keys, "-" for none); returns how many were deleted."""
+        return int(self._run("purge_dead", [], [len(job_ids), *job_ids, *job_keys]))
 
     # -- operator pauses -----------------------------------------------------------------------
 

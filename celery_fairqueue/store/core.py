@@ -191,15 +191,6 @@ class FairStore(StoreControls):
         self.client.check_replicated(acked, wanted)
         return result
 
-    def enqueue_many(self, jobs: Iterable[dict[str, Any]], chunk: int = 1000
-                     ) -> list[EnqueueResult]:
-        """:meth:`enqueue` for each mapping of its keywords, ``chunk`` jobs a round trip, for
-        loading many stored jobs at once (the scale test, the benches' backlogs). Each job is
-        stored atomically; a failure part-way leaves the earlier chunks stored."""
-        calls = (([self.keys.queue(job["queue"])], self._enqueue_args(**job)) for job in jobs)
-        return [EnqueueResult.from_reply(reply)
-                for reply in self._run_many("enqueue", calls, chunk)]
-
     # -- worker side ---------------------------------------------------------------------------
 
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,

@@ -18,7 +18,7 @@ from celery import Celery
 from celery.result import AsyncResult
 
 from ..envelope import Envelope, MalformedEnvelopeError
-from ..errors import DeadLetterNotFound, FairqueueError
+from ..errors import DeadLetterNotFound, FairqueueError, ReplayLostError
 from ..protocol import (
     ACCOUNT_HEADER,
     STORED_JOB_KEY_OPTION,
@@ -204,16 +204,20 @@ class DeadLetters:
                 options["account"] = letter.account
             if letter.job_key:  # the same business key, however it was made
                 options[STORED_JOB_KEY_OPTION] = letter.job_key
-            return self.app.send_task(letter.task, args=letter.args, kwargs=letter.kwargs,
-                                      fairqueue_replays=job_id, **options)
-        [taken] = self.store._run("take_dead", [], [job_id])
-        if not taken:
+            try:
+                return self.app.send_task(letter.task, args=letter.args, kwargs=letter.kwargs,
+                                          fairqueue_replays=job_id, **options)
+            except ReplayLostError:  # taken meanwhile by another replay or a purge
+                raise DeadLetterNotFound(f"no dead letter {job_id!r} (replayed or purged "
+                                         "already)") from None
+        taken = self.store.take_dead(job_id)
+        if taken is None:
             raise DeadLetterNotFound(f"no dead letter {job_id!r} (replayed or purged already)")
         try:
             result = self.app.send_task(letter.task, args=letter.args, kwargs=letter.kwargs,
                                         **options)
         except BaseException:
-            self.store._run("restore_dead", [], [job_id, taken, letter.at])
+            self.store.restore_dead(job_id, taken, letter.at)
             raise
         self.client.hincrby(self.keys.stats, "replayed", 1)
         return result
@@ -231,5 +235,5 @@ class DeadLetters:
         for start in range(0, len(ids), PAGE):
             chunk = ids[start:start + PAGE]
             keys = [self._job_key(raw) for raw in self.client.hmget(self.keys.dead, chunk)]
-            purged += int(self.store._run("purge_dead", [], [len(chunk), *chunk, *keys]))
+            purged += self.store.purge_dead(chunk, keys)
         return purged

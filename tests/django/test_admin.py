@@ -5,7 +5,7 @@ import importlib
 from datetime import timedelta
 
 import pytest
-from celery import Celery
+from celery import Celery, signals
 from django.contrib.auth.models import Permission, User
 from django.contrib.messages import get_messages
 from django.urls import reverse
@@ -207,6 +207,34 @@ def test_replay_runs_the_dead_job_once_on_a_real_worker(client, login, rel, redi
     assert row.status == "ready" and row.task_id != letter.job_id.rsplit(":", 1)[0]
     assert dlq.count() == 0
     assert listed(client, "deadjob") == ["key-acme-8"]
+
+
+def test_a_replay_that_loses_the_race_reports_not_found_and_the_batch_goes_on(client, login,
+                                                                              rel):
+    login(*VIEWER, "replay_job")
+    rows = []
+    for lead in (1, 2, 3):
+        bury(rel, f"t{lead}:0", lead=lead)
+        rows.append(dead_row(rel, f"t{lead}:0", n=lead))
+    won: list[str] = []
+
+    def replay_t2_first(body, **_) -> None:  # another admin wins t2 between read and replay
+        if body[0] == ["acme", 2] and not won:
+            won.append("replaying")
+            won[0] = DeadLetters(rel.app).replay("t2:0").id
+
+    signals.before_task_publish.connect(replay_t2_first, weak=False)
+    try:
+        response = run_action(client, "replay", *rows)
+    finally:
+        signals.before_task_publish.disconnect(replay_t2_first)
+    assert response.status_code == 200 and won
+    notes = messages_of(response)
+    assert "Replayed 2 of 3 dead letters." in notes
+    assert ("Not replayed: send_message [acme] (t2:0): not found: replayed or purged "
+            "already.") in notes
+    assert DeadLetters(rel.app).count() == 0
+    assert [Job.objects.get(pk=row.pk).status for row in rows] == ["ready", "dead", "ready"]
 
 
 def test_purge_deletes_the_dead_letter_and_its_row(client, login, rel):

@@ -77,6 +77,7 @@ def env(database, db_env, redis_server, celery_worker_factory, request):
 
 @pytest.mark.parametrize("database", ["default"], indirect=True)
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_two_beats_enqueue_each_occurrence_once(env, ledger, tmp_path, request):
     recorded = importlib.import_module("tests.apps.recorded")
     beats = [start_beat(i, env, tmp_path, request.config.rootpath) for i in range(2)]
@@ -101,6 +102,7 @@ def test_two_beats_enqueue_each_occurrence_once(env, ledger, tmp_path, request):
 @pytest.mark.reliability
 @pytest.mark.parametrize("database", ["default"], indirect=True)
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_beat_killed_and_restarted_sends_each_occurrence_once(env, redis_client, ledger,
                                                               tmp_path, request, figure):
     """A beat SIGKILLed and started again goes on with the schedule, none of it twice.

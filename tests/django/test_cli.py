@@ -217,6 +217,7 @@ def test_status_warns_when_no_worker_consumes_a_queue(rel, redis_url, celery_wor
     assert "maintenance" in status.stdout
 
 
+@pytest.mark.slow
 def test_celery_pause_resume_and_account_reason(rel, redis_url):
     rel.send_message.delay("acme", 1)
     paused = celery("pause", "--account", "acme", "--by", "alice", "--reason", "asked to",

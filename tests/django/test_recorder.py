@@ -493,6 +493,7 @@ def recording_worker(start_recording_worker):
 
 @pytest.mark.parametrize("database", ["default"], indirect=True)
 @pytest.mark.parametrize("down_seconds", [3.0])
+@pytest.mark.slow
 def test_recorder_catches_up_after_sqlite_was_locked(figure, database, recording_worker,
                                                      down_seconds):
     if connections[database].vendor != "sqlite":
@@ -515,6 +516,7 @@ def test_recorder_catches_up_after_sqlite_was_locked(figure, database, recording
 @pytest.mark.reliability
 @pytest.mark.parametrize("database", ["postgres"], indirect=True)
 @pytest.mark.parametrize("down_seconds", [DOWN_SECONDS])
+@pytest.mark.slow
 def test_recorder_catches_up_after_postgres_was_down(figure, database, recording_worker,
                                                      pg_server, down_seconds):
     @contextlib.contextmanager

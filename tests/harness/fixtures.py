@@ -116,7 +116,7 @@ def celery_worker_factory(
 ) -> Iterator[Callable[..., WorkerProcess]]:
     """Start real Celery workers against the session Redis (flushed before the test).
 
-    ``celery_worker_factory(app="tests.apps.harness", pool="threads", concurrency=2, queues=(),
+    ``celery_worker_factory(app="tests.apps.plain", pool="threads", concurrency=2, queues=(),
     hostname=None, args=(), env=None, cwd=None, timeout=30.0)`` returns a started
     ``WorkerProcess``. ``cwd`` (default: the pytest rootdir) is also put on ``PYTHONPATH``.
     Every worker is SIGKILLed at teardown; the log tails of a failed test's workers are added to
@@ -125,7 +125,7 @@ def celery_worker_factory(
     workers = request.node.stash.setdefault(_WORKERS, [])
 
     def start(
-        app: str = "tests.apps.harness",
+        app: str = "tests.apps.plain",
         *,
         cwd: Path | str | None = None,
         timeout: float = 30.0,

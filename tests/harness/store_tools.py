@@ -1,8 +1,19 @@
-"""Store helpers only tests and benches use: claim as a plain list, settle in bulk."""
+"""Store helpers only tests and benches use: load jobs in bulk, claim as a plain list, settle in
+bulk. They are not the store's public API (``celery_fairqueue.testing`` is the users' one)."""
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
-from celery_fairqueue.store import FairStore, Lease
+from celery_fairqueue.store import EnqueueResult, FairStore, Lease
+
+
+def enqueue_many(store: FairStore, jobs: Iterable[dict[str, Any]], chunk: int = 1000
+                 ) -> list[EnqueueResult]:
+    """``store.enqueue`` for each mapping of its keywords, ``chunk`` jobs a round trip, for
+    loading many stored jobs at once (the scale test, the benches' backlogs). Each job is
+    stored atomically; a failure part-way leaves the earlier chunks stored."""
+    calls = (([store.keys.queue(job["queue"])], store._enqueue_args(**job)) for job in jobs)
+    return [EnqueueResult.from_reply(reply) for reply in store._run_many("enqueue", calls, chunk)]
 
 
 def claim_jobs(store: FairStore, queues: Sequence[str], want: int, token: str,

@@ -116,6 +116,7 @@ def test_undeliverable_jobs_are_dead_lettered_with_their_reason(
     figure(f"bad input: dead-lettered as {dead_reason(fair_store, 'bad:0')[:60]!r}, 0 lost")
 
 
+@pytest.mark.slow
 def test_poison_message_that_kills_its_worker_is_dead_lettered_not_retried_forever(
     fair, celery_worker_factory, fair_store, redis_client, figure
 ):

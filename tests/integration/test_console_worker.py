@@ -1,6 +1,8 @@
 """The console's store capabilities through real ``celery worker`` processes, measured on the
 ledger: an operator's pause, run now, and the registry of live workers."""
 
+import pytest
+
 import celery_fairqueue
 from celery_fairqueue.store import StoreInspector
 from tests.harness import wait_until
@@ -66,6 +68,7 @@ def test_run_now_runs_a_countdown_job_through_a_real_worker(fair, celery_worker_
     assert celery_fairqueue.run_now(fair.app, later.id) is False  # done: nothing delayed
 
 
+@pytest.mark.slow
 def test_workers_register_their_queues_and_slots(fair, celery_worker_factory):
     first = celery_worker_factory(APP, concurrency=3, queues=("celery", "critical"))
     second = celery_worker_factory(APP, concurrency=1, queues=("critical",))
@@ -82,6 +85,7 @@ def test_workers_register_their_queues_and_slots(fair, celery_worker_factory):
     assert [w.name for w in inspector.workers()] == [first.hostname]
 
 
+@pytest.mark.slow
 def test_dead_worker_leaves_the_registry(fair, celery_worker_factory):
     worker = celery_worker_factory(APP)
     inspector = StoreInspector(fair.app)

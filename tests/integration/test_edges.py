@@ -8,7 +8,7 @@ import math
 import time
 
 import pytest
-from celery import Celery
+from celery import Celery, signals
 
 import celery_fairqueue
 from celery_fairqueue import (
@@ -206,6 +206,27 @@ def test_replaying_a_fair_letter_twice_runs_it_once(rel, fair_store, redis_clien
         DeadLetters(rel.app).replay(letter.job_id)
     assert [job.state for job in run_fair_jobs(rel.app)] == ["SUCCESS"]
     assert DeadLetters(rel.app).count() == 0
+
+
+def test_a_replay_that_loses_the_race_reports_not_found(rel, fair_store):
+    fair_store.bury("race:0", "permanent: no", record={
+        "task": rel.send_message.name, "account": "acme", "args": ["acme", 9]})
+    loser, winner = DeadLetters(rel.app), DeadLetters(rel.app)
+    won: list[str] = []
+
+    def win_the_race(**_: object) -> None:  # between the loser's read and its store call
+        if not won:
+            won.append("replaying")
+            won[0] = winner.replay("race:0").id
+
+    signals.before_task_publish.connect(win_the_race, weak=False)
+    try:
+        with pytest.raises(DeadLetterNotFound):  # not kombu's OperationalError
+            loser.replay("race:0")
+    finally:
+        signals.before_task_publish.disconnect(win_the_race)
+    assert [job.task_id for job in run_fair_jobs(rel.app)] == won
+    assert loser.count() == 0
 
 
 def test_memory_per_real_job_is_measured(fair, fair_store, redis_client, figure):

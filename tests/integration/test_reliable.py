@@ -138,6 +138,7 @@ def test_purge_and_filters(rel, celery_worker_factory, redis_client, dlq):
     assert dlq.count() == 0
 
 
+@pytest.mark.slow
 def test_sigkill_after_the_api_call_ends_with_one_side_effect_by_idempotency_key(
         rel, celery_worker_factory, redis_client, ledger):
     doomed = celery_worker_factory(APP, env=CRASH_ENV)
@@ -151,6 +152,7 @@ def test_sigkill_after_the_api_call_ends_with_one_side_effect_by_idempotency_key
     assert ledger.counts() == {"acme:10": 1}  # which applied it once
 
 
+@pytest.mark.slow
 def test_sigkill_before_the_done_marker_is_reconciled_not_rerun(
         rel, celery_worker_factory, redis_client, ledger):
     doomed = celery_worker_factory(APP, env=CRASH_ENV)
@@ -194,6 +196,7 @@ def test_plain_reliable_task_retries_and_dead_letters_too(rel, celery_worker_fac
 
 
 @pytest.mark.reliability
+@pytest.mark.slow
 def test_kill_storm_loses_nothing_and_duplicates_nothing(figure, rel, celery_worker_factory,
                                                          redis_client, ledger, dlq):
     """20 SIGKILLs of a whole worker while 10,000 jobs are enqueued and run: a kill each time

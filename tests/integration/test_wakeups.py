@@ -22,6 +22,7 @@ def test_an_idle_worker_is_woken_by_an_enqueue_not_by_its_poll(fair, idle_worker
     assert fair.job.delay("acme", 1).get(timeout=15) == 1
 
 
+@pytest.mark.slow
 def test_a_countdown_job_runs_when_due_though_the_worker_polls_seldom(fair, idle_worker):
     assert fair.job.apply_async(("acme", 2), countdown=1).get(timeout=15) == 2
 
@@ -43,6 +44,7 @@ def test_a_lost_wake_up_connection_is_made_again_and_nothing_waits(fair, celery_
     assert wait_until(listening, timeout=10)
 
 
+@pytest.mark.slow
 def test_an_idle_worker_asks_the_redis_broker_every_five_seconds_not_every_second(
         fair, idle_worker, redis_client):
     def brpops() -> int:

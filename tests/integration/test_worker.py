@@ -102,6 +102,7 @@ def test_worker_never_holds_more_jobs_than_free_slots(fair, celery_worker_factor
     assert max(held) == 3  # it did use every slot
 
 
+@pytest.mark.slow
 def test_rate_limit_holds_across_worker_processes_and_frees_slots(
         fair, celery_worker_factory, redis_client, fair_store):
     set_account_limit(fair.app, "limited", rate="10/s", burst=1)
@@ -150,6 +151,7 @@ def test_named_queues_keep_their_isolation(fair, celery_worker_factory, ledger, 
     assert fair_store.counts("celery")["ready"] == 1
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_worker_mid_task_loses_no_job(fair, celery_worker_factory, redis_client,
                                                      ledger, fair_store):
     env = {"FQ_LEASE_SECONDS": "2", "FQ_HEARTBEAT_SECONDS": "0.5"}
@@ -168,6 +170,7 @@ def test_sigkill_of_the_worker_mid_task_loses_no_job(fair, celery_worker_factory
     assert fair_store.stats()["reaped"] == len(killed)
 
 
+@pytest.mark.slow
 def test_killed_prefork_child_job_runs_again(fair, celery_worker_factory, redis_client, ledger):
     worker = celery_worker_factory(APP, pool="prefork", concurrency=1)
     result = fair.job.delay("acme", 1, 2.0)
@@ -195,6 +198,7 @@ def test_chains_and_groups_of_fair_tasks(fair, celery_worker_factory, ledger):
     assert len(ledger.counts()) == 6
 
 
+@pytest.mark.slow
 def test_revoked_job_does_not_run_and_settles(fair, celery_worker_factory, ledger, fair_store):
     celery_worker_factory(APP)
     result = fair.job.apply_async(args=("acme", 1), countdown=1.0)

@@ -99,7 +99,7 @@ def test_every_store_operation_runs_on_a_cluster(cluster):
     from celery_fairqueue import DeadLetters
     from celery_fairqueue.limits import AccountLimit
     from celery_fairqueue.store import EventReader, Leadership, StoreInspector
-    from tests.harness.store_tools import ack_many, claim_jobs
+    from tests.harness.store_tools import ack_many, claim_jobs, enqueue_many
 
     app = Celery("t", broker="redis://127.0.0.1:1/0")
     app.conf.update(fairqueue_redis_url=cluster.url, fairqueue_wait_replicas=1)
@@ -110,8 +110,8 @@ def test_every_store_operation_runs_on_a_cluster(cluster):
     store.set_limit("acme", AccountLimit(rate="100/s", concurrency=5))
     assert dict(store.limits())["acme"].concurrency == 5
     assert put(store, "acme", 1) == "acme-1:0"  # WAIT 1: the replica confirmed it
-    results = store.enqueue_many([dict(queue="default", account=f"a{n % 3}", job_id=f"m{n}:0",
-                                       envelope="{}") for n in range(10)], chunk=4)
+    results = enqueue_many(store, [dict(queue="default", account=f"a{n % 3}", job_id=f"m{n}:0",
+                                        envelope="{}") for n in range(10)], chunk=4)
     assert all(r.created for r in results)
     status = StoreInspector(app).status()
     assert status.queues[0].ready == 11

@@ -5,7 +5,7 @@ import time
 from celery_fairqueue.envelope import Envelope
 from celery_fairqueue.limits import AccountLimit
 from tests.harness import wait_until
-from tests.harness.store_tools import ack_many, claim_jobs
+from tests.harness.store_tools import ack_many, claim_jobs, enqueue_many
 
 ACCOUNTS = 100_000
 #: What a pending job may cost in Redis: its envelope, indexes and its account's rotation entry
@@ -22,9 +22,9 @@ def test_many_accounts_cost_little_memory_and_leave_no_keys_behind(make_store, r
     store = make_store(job_retention=0.5)
     envelope = Envelope(body="[[], {}, {}]", headers={"task": "t", "id": "x"}).to_json()
     before = int(redis_client.info("memory")["used_memory"])
-    created = store.enqueue_many(
+    created = enqueue_many(store, (
         dict(queue="celery", account=f"account-{n}", job_id=f"job-{n}:0", envelope=envelope,
-             job_key=f"key-{n}") for n in range(ACCOUNTS))
+             job_key=f"key-{n}") for n in range(ACCOUNTS)))
     assert all(result.created for result in created)
     per_job = (int(redis_client.info("memory")["used_memory"]) - before) / ACCOUNTS
     no_limit = AccountLimit().pack(0)

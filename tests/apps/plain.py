@@ -15,7 +15,7 @@ from tests.harness import REDIS_URL_ENV, record_side_effect
 
 REDIS_URL = os.environ[REDIS_URL_ENV]
 
-app = Celery("harness", broker=REDIS_URL, backend=REDIS_URL)
+app = Celery("plain", broker=REDIS_URL, backend=REDIS_URL)
 app.conf.update(
     task_serializer="json",
     result_serializer="json",
