@@ -12,7 +12,6 @@ so a countdown does not count as waiting and a future eta is not waiting at all.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,10 +19,11 @@ from typing import Any, Literal
 
 from ..envelope import Envelope, MalformedEnvelopeError
 from ..limits import AccountLimit, zone
-from ..protocol import task_id_of
+from ..protocol import normalize_id, task_id_of
 from .controls import OperatorPause, parse_pause, pause_field
 from .core import FairStore
 from .keys import decode_id, encode_id
+from .records import Bucket, ReadyMember, WorkerEntry, member_job_id, meta_account
 
 #: Most of an account's ready jobs read to find its oldest (FIFO order: the oldest is among
 #: the first unless a priority or a late-due delayed job reorders them).
@@ -146,8 +146,7 @@ def token_wake(limit: AccountLimit | None, bucket: str | None, now: float) -> fl
         return None
     rate = limit.per_second
     burst = limit.burst if limit.burst is not None else 1.0
-    tokens_text, updated_text = bucket.split(" ")
-    tokens = min(burst, float(tokens_text) + max(0.0, now - float(updated_text)) * rate)
+    tokens = Bucket.parse(bucket).tokens_at(now, rate, burst)
     return None if tokens >= 1 else now + (1 - tokens) / rate
 
 
@@ -180,11 +179,11 @@ class ConsoleViews:
             raw = infos.get(worker_id)
             if float(expires) <= now or not raw:
                 continue
-            beat, _, info = str(raw).partition(" ")
-            data = json.loads(info)
+            entry = WorkerEntry.parse(raw)
+            data = entry.info
             found.append(WorkerInfo(name=str(data.get("name") or worker_id),
                                     queues=tuple(data.get("queues") or ()),
-                                    slots=int(data.get("slots") or 0), heartbeat=float(beat),
+                                    slots=int(data.get("slots") or 0), heartbeat=entry.heartbeat,
                                     id=str(worker_id), expires=float(expires)))
         return sorted(found, key=lambda w: (w.name, w.id))
 
@@ -246,8 +245,8 @@ class ConsoleViews:
         metas = client.hmget(self.store.keys.meta, [j for _, j in jobs]) if jobs else []
         found: dict[str, float] = {}
         for (since, _), meta in zip(jobs, metas, strict=True):
-            if meta:
-                account = decode_id(str(meta).split(" ")[1])
+            account = meta_account(meta)
+            if account is not None:
                 found.setdefault(account, since)
                 if len(found) >= top:
                     break
@@ -276,7 +275,7 @@ class ConsoleViews:
             pipe.hget(qk.state, encoded)
             pipe.zscore(qk.paused, encoded)
             pipe.hget(qk.ndelayed, encoded)
-            pipe.zrangebylex(qk.ready, f"[{encoded}|", f"({encoded}}}", 0, OLDEST_SCAN)
+            pipe.zrangebylex(qk.ready, *ReadyMember.range_of(account), 0, OLDEST_SCAN)
             pipe.zrange(qk.delayed, 0, 0, withscores=True)
         replies = [None, *pipe.execute()]
         _, own_limit, bucket, pauses = replies[:4]
@@ -311,9 +310,9 @@ class ConsoleViews:
         if not due:
             return 0, None, True
         metas = client.hmget(keys.meta, [job_id for job_id, _ in due])
-        encoded = encode_id(account)
+        wanted = normalize_id(account)
         mine = [float(score) for (_, score), meta in zip(due, metas, strict=True)
-                if meta and str(meta).split(" ")[1] == encoded]
+                if meta_account(meta) == wanted]
         return len(mine), (min(mine) if mine else None), len(due) < DUE_SCAN
 
     def _queue_state(self, *, queue: str, account: str, now: float, nready: int, running: int,
@@ -327,7 +326,7 @@ class ConsoleViews:
             delayed_due, due_since, complete = self._due_delayed(queue, account, now)
         oldest = due_since
         if heads:
-            ids = [head.split("|", 2)[2] for head in heads]
+            ids = [member_job_id(head) for head in heads]
             scores = self.store.client.zmscore(self.store.keys.queue(queue).waiting, ids)
             known = [float(s) for s in scores if s is not None]
             if known:
@@ -387,13 +386,13 @@ class ConsoleViews:
             pipe = client.pipeline(transaction=False)
             pipe.hget(qk.state, encoded)
             pipe.hgetall(qk.started)  # as many as the queue runs: at most its workers' slots
-            pipe.zrangebylex(qk.ready, f"[{encoded}|", f"({encoded}}}", 0, limit)
+            pipe.zrangebylex(qk.ready, *ReadyMember.range_of(account), 0, limit)
             pipe.zrange(qk.delayed, 0, DUE_SCAN - 1, withscores=True)
             state, started, heads, delayed = pipe.execute()
             candidates: list[tuple[str, str, float | None, float | None]] = []
             candidates += [(job_id, "running", float(at), None) for job_id, at in
                            sorted(started.items(), key=lambda item: float(item[1]))]
-            ready_ids = [head.split("|", 2)[2] for head in heads]
+            ready_ids = [member_job_id(head) for head in heads]
             since = client.zmscore(qk.waiting, ready_ids) if ready_ids else []
             kind = "deferred" if state == "p" else "ready"
             candidates += [(job_id, kind, _float(s), None)
@@ -411,7 +410,7 @@ class ConsoleViews:
         client, keys = self.store.client, self.store.keys
         metas = client.hmget(keys.meta, [c[0] for c in candidates])
         mine = [c for c, meta in zip(candidates, metas, strict=True)
-                if meta and str(meta).split(" ")[1] == encoded][:limit]
+                if meta_account(meta) == decode_id(encoded)][:limit]
         envelopes = client.hmget(keys.jobs, [c[0] for c in mine]) if mine else []
         return [LiveJob(job_id=job_id, queue=queue, account=account,
                         task=_task_name(str(envelope) if envelope else None), state=state,

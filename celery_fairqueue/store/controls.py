@@ -20,6 +20,7 @@ from ..protocol import delivery_id
 from ..settings import FairqueueSettings
 from .client import AnyClient
 from .keys import Keys, QueueKeys, decode_id, encode_id
+from .records import JobMeta, member_job_id
 
 #: Retries of one task whose deliveries cancel and run_now look through.
 MAX_DELIVERY_LOOKUP = 4096
@@ -127,7 +128,7 @@ class StoreControls:
         if ":" in task_id:
             meta = self.client.hget(self.keys.meta, task_id)
             if meta:
-                yield task_id, decode_id(str(meta).split(" ", 1)[0])
+                yield task_id, JobMeta.parse(meta).queue
                 return
         seen = False
         for start in range(0, MAX_DELIVERY_LOOKUP, 64):
@@ -135,7 +136,7 @@ class StoreControls:
             metas = self.client.hmget(self.keys.meta, ids)
             found = [(job_id, meta) for job_id, meta in zip(ids, metas, strict=True) if meta]
             for job_id, meta in found:
-                yield job_id, decode_id(str(meta).split(" ", 1)[0])
+                yield job_id, JobMeta.parse(meta).queue
             if seen and not found:
                 return
             seen = seen or bool(found)
@@ -152,7 +153,7 @@ class StoreControls:
                 pipe.zrange(qk.ready, 0, batch - 1)
                 pipe.zrange(qk.delayed, 0, batch - 1)
                 ready, delayed = pipe.execute()
-                ids = [str(member).rsplit("|", 1)[-1] for member in ready] + list(delayed)
+                ids = [member_job_id(member) for member in ready] + list(delayed)
                 now = sum(1 for cancelled in self._run_many(
                     "cancel", (([qk], [job_id]) for job_id in ids), batch) if cancelled == 1)
                 taken += now

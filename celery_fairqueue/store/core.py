@@ -8,7 +8,6 @@ Every Redis failure reaches callers as :class:`StoreUnavailableError` (see clien
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import uuid
@@ -26,10 +25,11 @@ from .client import AnyClient, make_client, operation
 from .controls import StoreControls
 from .keys import Keys, QueueKeys, decode_id, encode_id, encode_job_key
 from .lua import load_script
+from .records import Marker, build_dead_record, marker_external_id
 
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "trim_done",
                 "wake", "bury", "emit", "take_dead", "restore_dead", "purge_dead", "give_back",
-                "cancel", "pause", "resume", "run_now", "register_worker", "heartbeat")
+                "cancel", "pause", "resume", "run_now", "register_worker", "heartbeat", "mark")
 EVENTS_CHECK_SECONDS = 5.0
 
 
@@ -294,9 +294,8 @@ class FairStore(StoreControls):
              record: dict[str, Any] | None = None) -> None:
         """Keep a failed job as a dead letter with ``reason``; ``record`` (task, account, args,
         error, ...) is kept as JSON, as it is, and read back by DeadLetter."""
-        fields = {k: v for k, v in (record or {}).items() if v is not None}
         self._run("bury", [], [job_id, reason, encode_job_key(job_key),
-                               json.dumps(fields, default=str) if fields else ""])
+                               build_dead_record(record)])
 
     def recording(self) -> bool:
         """Whether a recorder listens (the event stream exists); asked at most every 5 s."""
@@ -316,21 +315,19 @@ class FairStore(StoreControls):
     # -- idempotency markers -------------------------------------------------------------------
 
     def marker(self, job_key: str) -> dict[str, Any] | None:
-        raw = self.client.hget(self.keys.markers, encode_id(job_key))
-        return json.loads(raw) if raw else None
+        """The business key's idempotency marker (see records.Marker), or None."""
+        marker = Marker.read(self.client.hget(self.keys.markers, encode_id(job_key)))
+        return marker.as_dict() if marker else None
 
     def mark_started(self, job_key: str, job_id: str) -> None:
         """Before the side effect: a redelivery that finds only this asks for reconciliation."""
-        self._set_marker(job_key, {"state": "started", "job_id": job_id})
+        self._run("mark", [], [encode_id(job_key), job_id, "started", ""])
 
     def mark_done(self, job_key: str, job_id: str, external_id: str | None = None) -> None:
-        """After the side effect: a redelivery that finds this returns without running."""
-        self._set_marker(job_key, {"state": "done", "job_id": job_id, "external_id": external_id})
-        self.client.zadd(self.keys.done, {encode_id(job_key): self.server_time()}, nx=True)
-
-    def _set_marker(self, job_key: str, marker: dict[str, Any]) -> None:
-        marker["at"] = time.time()
-        self.client.hset(self.keys.markers, encode_id(job_key), json.dumps(marker))
+        """After the side effect: a redelivery that finds this returns without running. One
+        atomic call: the marker and the key's done time together."""
+        self._run("mark", [], [encode_id(job_key), job_id, "done",
+                               marker_external_id(external_id)])
 
     def known_queues(self) -> list[str]:
         return sorted(decode_id(q) for q in self.client.smembers(self.keys.queues))

@@ -18,6 +18,7 @@ from .console import ConsoleViews, WorkerInfo
 from .controls import OperatorPause
 from .core import store_for
 from .keys import QueueKeys, decode_id, encode_id
+from .records import meta_account
 
 #: Most hash fields one answer reads from a per-account hash.
 SCAN_LIMIT = 10_000
@@ -215,5 +216,5 @@ class StoreInspector(ConsoleViews):
             for (job_id, when), meta, envelope in zip(due, metas, envelopes, strict=True):
                 found.append(ScheduledJob(
                     queue, job_id, float(when),
-                    decode_id(meta.split(" ")[1]) if meta else None, _task_name(envelope)))
+                    meta_account(meta), _task_name(envelope)))
         return sorted(found, key=lambda job: job.due)[:limit]

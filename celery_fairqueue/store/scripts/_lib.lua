@@ -54,11 +54,49 @@ local function queue_keys(i)
           wake = (string.gsub(KEYS[b + 1], 'ring$', 'wake'))}
 end
 
+-- The stored formats, each read and built by one helper here (records.py is their Python
+-- codec; keep the two in step).
+
 -- meta is "queue account seq job_key" (job_key "-" when the job has none), then " expires"
--- (epoch seconds) for a job sent with Celery's ``expires``
+-- (epoch seconds) for a job sent with Celery's ``expires`` (records.JobMeta)
 local function split_meta(meta)
   local queue, account, seq, job_key, expires = string.match(meta, '^(%S+) (%S+) (%S+) (%S+) ?(%S*)$')
   return queue, account, seq, job_key, tonumber(expires)
+end
+
+-- ``expires`` is the text of the epoch seconds, or '' for none.
+local function make_meta(queue, account, seq, job_key, expires)
+  return queue .. ' ' .. account .. ' ' .. seq .. ' ' .. job_key ..
+         (expires ~= '' and (' ' .. expires) or '')
+end
+
+-- A ready member is "account|seq|job_id" (records.ReadyMember): lex order gives each account a
+-- FIFO range; the job id is last and may hold "|" itself.
+local function ready_member(account, seq, job_id)
+  return account .. '|' .. seq .. '|' .. job_id
+end
+
+-- The ZRANGEBYLEX bounds of one account's members ("}" sorts right after "|").
+local function member_range(account)
+  return '[' .. account .. '|', '(' .. account .. '}'
+end
+
+local function split_member(member)
+  return string.match(member, '^([^|]*)|([^|]*)|(.*)$')
+end
+
+-- An account's token bucket is "tokens updated_at" (records.Bucket); nil, nil when it has none.
+local function read_bucket(account)
+  local bucket = redis.call('HGET', K_BUCKETS, account)
+  if not bucket then
+    return nil, nil
+  end
+  local tokens, updated = string.match(bucket, '^(%S+) (%S+)$')
+  return tonumber(tokens), tonumber(updated)
+end
+
+local function write_bucket(account, tokens, updated)
+  redis.call('HSET', K_BUCKETS, account, string.format('%.17g %.17g', tokens, updated))
 end
 
 local function hget_number(key, field)
@@ -94,7 +132,7 @@ end
 -- already there, paused by a limit or an operator, or at its concurrency cap. ``since`` (default
 -- now) is when it became ready, kept in waiting for the oldest waiting age.
 local function make_ready(qk, account, seq, job_id, since)
-  redis.call('ZADD', qk.ready, 0, account .. '|' .. seq .. '|' .. job_id)
+  redis.call('ZADD', qk.ready, 0, ready_member(account, seq, job_id))
   redis.call('HINCRBY', qk.nready, account, 1)
   redis.call('ZADD', qk.waiting, 'NX', since or now_text(), job_id)
   if not redis.call('HGET', qk.state, account) then
@@ -185,10 +223,13 @@ local function read_marker(job_key)
   return raw, (ok and type(marker) == 'table') and marker or nil
 end
 
--- Write a key's marker, as task.py reads it (JSON: state, job_id, at).
-local function write_marker(job_key, state, job_id)
+-- Write a key's marker (records.Marker), the one writer of markers: JSON state, job_id, at, and
+-- external_id when ``external`` (a JSON string literal made by records.marker_external_id, so
+-- Python's own escapes survive byte for byte) is given.
+local function write_marker(job_key, state, job_id, external)
+  local tail = (external and external ~= '') and (',"external_id":' .. external) or ''
   redis.call('HSET', K_MARKERS, job_key, '{"state":"' .. state .. '","job_id":' ..
-             cjson.encode(job_id) .. ',"at":' .. now_text() .. '}')
+             cjson.encode(job_id) .. ',"at":' .. now_text() .. tail .. '}')
 end
 
 -- The claim hands a job with a business key to a worker: unless the key is done already, its

@@ -15,7 +15,7 @@ end
 local _, account, seq, job_key = split_meta(meta)
 local qk = queue_keys(1)
 if not take_delayed(qk, account, job_id) and
-    redis.call('ZREM', qk.ready, account .. '|' .. seq .. '|' .. job_id) == 1 then
+    redis.call('ZREM', qk.ready, ready_member(account, seq, job_id)) == 1 then
   -- the rotation drops the account by itself once it finds nothing ready (see claim)
   if redis.call('HINCRBY', qk.nready, account, -1) <= 0 then
     redis.call('HDEL', qk.nready, account)

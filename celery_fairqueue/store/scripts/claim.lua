@@ -105,12 +105,8 @@ end
 -- nil when a token was taken, else when the next token will be there.
 local function take_token(account, rate, burst)
   if rate <= 0 then return nil end
-  local tokens, updated = burst, now
-  local bucket = redis.call('HGET', K_BUCKETS, account)
-  if bucket then
-    local t, u = string.match(bucket, '^(%S+) (%S+)$')
-    tokens, updated = tonumber(t), tonumber(u)
-  end
+  local tokens, updated = read_bucket(account)
+  tokens, updated = tokens or burst, updated or now
   tokens = math.min(burst, tokens + math.max(0, now - updated) * rate)
   local wake = nil
   if tokens < 1 then
@@ -118,7 +114,7 @@ local function take_token(account, rate, burst)
   else
     tokens = tokens - 1
   end
-  redis.call('HSET', K_BUCKETS, account, string.format('%.17g %.17g', tokens, now))
+  write_bucket(account, tokens, now)
   return wake
 end
 
@@ -132,8 +128,9 @@ end
 
 -- The account's head job leaves ready; the account goes on in the rotation if it has more.
 local function take_head(qk, account, head, waiting)
+  local job_id = select(3, split_member(head))
   redis.call('ZREM', qk.ready, head)
-  redis.call('ZREM', qk.waiting, string.match(head, '^[^|]*|[^|]*|(.*)$'))
+  redis.call('ZREM', qk.waiting, job_id)
   if waiting > 1 then
     redis.call('HSET', qk.nready, account, waiting - 1)
     redis.call('RPUSH', qk.ring, account)
@@ -141,7 +138,7 @@ local function take_head(qk, account, head, waiting)
     redis.call('HDEL', qk.nready, account)
     redis.call('HDEL', qk.state, account)
   end
-  return string.match(head, '^[^|]*|[^|]*|(.*)$')
+  return job_id
 end
 
 -- The head job's ``expires`` has passed: out of the store; returns its job_id and envelope.
@@ -162,14 +159,14 @@ end
 -- key, marker or nil; or job_id, envelope, 'expired' for an expired job it dropped.
 local function claim_from(qk, account)
   local waiting = hget_number(qk.nready, account)
-  local head = redis.call('ZRANGEBYLEX', qk.ready, '[' .. account .. '|', '(' .. account .. '}',
-                          'LIMIT', 0, 1)[1]
+  local low, high = member_range(account)
+  local head = redis.call('ZRANGEBYLEX', qk.ready, low, high, 'LIMIT', 0, 1)[1]
   if waiting <= 0 or not head then
     redis.call('HDEL', qk.nready, account)
     redis.call('HDEL', qk.state, account)
     return nil
   end
-  local meta = redis.call('HGET', K_META, string.match(head, '^[^|]*|[^|]*|(.*)$'))
+  local meta = redis.call('HGET', K_META, select(3, split_member(head)))
   local _, _, _, job_key, expires = split_meta(meta or '')
   local expired_id, expired_envelope = drop_expired(qk, account, head, waiting, job_key, expires)
   if expired_id then
