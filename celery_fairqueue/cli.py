@@ -85,14 +85,16 @@ def fairqueue(ctx: click.Context, **kwargs: Any) -> None:
 
 @fairqueue.command(cls=StoreCommand)
 @queues_option
-@click.option("--paused", cls=CeleryOption, type=click.IntRange(1), default=10, show_default=True,
-              help_group="Store Options", help="Paused accounts to list per queue.")
+@click.option("--deferred", cls=CeleryOption, type=click.IntRange(1), default=10,
+              show_default=True, help_group="Store Options",
+              help="Accounts deferred by their limit to list per queue.")
 @click.pass_context
-def status(ctx: click.Context, queues: list[str] | None, paused: int, **kwargs: Any) -> None:
+def status(ctx: click.Context, queues: list[str] | None, deferred: int, **kwargs: Any) -> None:
     """Jobs, oldest waiting age and live workers per queue (with a warning for a queue no
-    worker consumes), paused accounts and queues, DLQ size, counters."""
+    worker consumes), accounts deferred by their limit, accounts and queues paused by an
+    operator, DLQ size, counters."""
     app = _app(ctx)
-    ctx.obj.echo(status_report(app, StoreInspector(app).status(queues, paused_limit=paused)))
+    ctx.obj.echo(status_report(app, StoreInspector(app).status(queues, deferred_limit=deferred)))
 
 
 @fairqueue.command(cls=StoreCommand)

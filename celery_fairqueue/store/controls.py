@@ -49,6 +49,13 @@ class OperatorPause:
         return "account" if self.queue is not None else "account_everywhere"
 
 
+def paused_accounts(pauses: Sequence[OperatorPause], queue: str) -> int:
+    """Accounts an operator paused in ``queue``, or in every queue (the status, the console
+    and the metrics count these)."""
+    return len({p.account for p in pauses
+                if p.account is not None and p.queue in (None, queue)})
+
+
 def pause_field(account: str | None, queue: str | None) -> str:
     """The field of a pause in ``Keys.pauses``: ids encoded, so ``:`` and ``*`` cannot occur
     in them and every field parses back to one pause."""

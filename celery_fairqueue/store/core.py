@@ -22,7 +22,7 @@ from ..limits import AccountLimit
 from ..protocol import NO_JOB_KEY, event_fields, task_id_of
 from ..settings import FairqueueSettings, settings_for
 from .client import AnyClient, make_client, operation
-from .controls import StoreControls
+from .controls import StoreControls, paused_accounts
 from .keys import Keys, QueueKeys, decode_id, encode_id, encode_job_key
 from .lua import load_script
 from .records import Marker, build_dead_record, marker_external_id
@@ -82,7 +82,7 @@ class EnqueueResult:
 @dataclass(frozen=True)
 class Claim:
     jobs: list[ClaimedJob]
-    next_due: float | None  # seconds until a paused account or delayed job is due
+    next_due: float | None  # seconds until a deferred account or delayed job is due
     expired: list[ClaimedJob] = field(default_factory=list)  # dropped, past Celery's expires
     lost: list[str] = field(default_factory=list)  # acked jobs whose lease was lost
 
@@ -232,7 +232,7 @@ class FairStore(StoreControls):
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
               first: int = 0, acks: Sequence[Ack] = ()) -> Claim:
         """Ack ``acks`` (this worker's finished jobs), then lease up to ``want`` jobs from
-        ``queues``, rotating over accounts with capacity; also say when the next paused account
+        ``queues``, rotating over accounts with capacity; also say when the next deferred account
         or delayed job is due. ``first`` is the 0-based index of the queue to look at first
         (workers rotate it so no queue starves). One round trip for the whole turn."""
         want = min(want, self.settings.claim_batch) if queues else 0
@@ -347,7 +347,7 @@ class FairStore(StoreControls):
     # -- limits --------------------------------------------------------------------------------
 
     def set_limit(self, account: str, limit: AccountLimit) -> None:
-        """Store an account's limit; it applies from the next claim, paused or not."""
+        """Store an account's limit; it applies from the next claim, deferred or not."""
         encoded = encode_id(account)
         now = self.server_time()
         pipe = self.client.pipeline()
@@ -411,16 +411,18 @@ class FairStore(StoreControls):
         return seconds + micros / 1e6
 
     def counts(self, queue: str) -> dict[str, int]:
-        """Ready, delayed and running job counts and paused accounts of one queue."""
+        """Ready, delayed and running job counts of one queue, its accounts deferred by their
+        limit (rate, window, concurrency cap) and its accounts an operator paused."""
         qk = self.keys.queue(queue)
         pipe = self.client.pipeline(transaction=False)
         pipe.zcard(qk.ready)
         pipe.zcard(qk.delayed)
         pipe.hvals(qk.running)
-        pipe.zcard(qk.paused)
-        ready, delayed, running, paused = pipe.execute()
+        pipe.hlen(qk.deferrals)
+        ready, delayed, running, deferred = pipe.execute()
         return {"ready": ready, "delayed": delayed, "running": sum(int(n) for n in running),
-                "paused_accounts": paused}
+                "deferred_accounts": deferred,
+                "paused_accounts": paused_accounts(self.pauses(), queue)}
 
     def stats(self) -> dict[str, int]:
         return {str(k): int(v) for k, v in self.client.hgetall(self.keys.stats).items()}

@@ -2,13 +2,13 @@
 -- after a prologue that binds the K_* names of the global keys (keys.GLOBAL_KEY_NAMES) the
 -- script touches, itself or through these helpers, and NGLOBAL, their number.
 --
--- KEYS (every script): those global keys, then 10 keys per fair queue in the order of
--- keys.QUEUE_KEY_NAMES: ring, state, ready, nready, paused, delayed, running, waiting, started,
--- ndelayed; then, for a script that emits events, the event stream (K_EVENTS).
+-- KEYS (every script): those global keys, then 11 keys per fair queue in the order of
+-- keys.QUEUE_KEY_NAMES: ring, state, ready, nready, deferred, delayed, running, waiting, started,
+-- ndelayed, deferrals; then, for a script that emits events, the event stream (K_EVENTS).
 -- Account ids and queue names arrive percent-encoded (no spaces, no "|", no braces).
 -- All times are Redis server time, so workers with skewed clocks agree on leases and buckets.
 
-local NQKEYS = 10
+local NQKEYS = 11
 local EVENTS_MAXLEN = 1000000
 
 -- Redis's clock, read once per script run; now_text() is it as a script argument (a Lua number
@@ -48,8 +48,9 @@ end
 local function queue_keys(i)
   local b = NGLOBAL + (i - 1) * NQKEYS
   return {ring = KEYS[b + 1], state = KEYS[b + 2], ready = KEYS[b + 3], nready = KEYS[b + 4],
-          paused = KEYS[b + 5], delayed = KEYS[b + 6], running = KEYS[b + 7],
+          deferred = KEYS[b + 5], delayed = KEYS[b + 6], running = KEYS[b + 7],
           waiting = KEYS[b + 8], started = KEYS[b + 9], ndelayed = KEYS[b + 10],
+          deferrals = KEYS[b + 11],
           name = string.match(KEYS[b + 1], ':q:([^:]+):ring$'),
           wake = (string.gsub(KEYS[b + 1], 'ring$', 'wake'))}
 end
@@ -112,8 +113,9 @@ local function join_ring(qk, account, front)
 end
 
 -- Back into the rotation if it has ready jobs, else out of the queue's state entirely. An account
--- whose pause ended goes to the front: it waited for its token, and a later turn would waste it.
+-- whose deferral ended goes to the front: it waited for its token, and a later turn would waste it.
 local function rotate_in_or_forget(qk, account, front)
+  redis.call('HDEL', qk.deferrals, account)
   if hget_number(qk.nready, account) > 0 then
     redis.call('HSET', qk.state, account, 'r')
     join_ring(qk, account, front)
@@ -129,8 +131,8 @@ local function hincr_or_drop(key, field, by)
 end
 
 -- A job joins its account's FIFO (ordered by seq); the account joins the rotation unless it is
--- already there, paused by a limit or an operator, or at its concurrency cap. ``since`` (default
--- now) is when it became ready, kept in waiting for the oldest waiting age.
+-- already there, deferred by its limit (or at its concurrency cap) or paused by an operator.
+-- ``since`` (default now) is when it became ready, kept in waiting for the oldest waiting age.
 local function make_ready(qk, account, seq, job_id, since)
   redis.call('ZADD', qk.ready, 0, ready_member(account, seq, job_id))
   redis.call('HINCRBY', qk.nready, account, 1)
@@ -171,7 +173,7 @@ local function take_delayed(qk, account, job_id)
   return true
 end
 
--- The operator pause that holds the account in this queue (see keys.Keys.pauses), or false.
+-- The operator pause of the account in this queue (see keys.Keys.pauses), or false.
 -- While no pause exists at all (the usual case) one HLEN per script answers for every account.
 local any_pause = nil
 local function operator_paused(qk, account)

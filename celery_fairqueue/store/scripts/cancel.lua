@@ -1,4 +1,4 @@
--- cancel: take a job that waits in the store (ready, deferred behind its paused account, or
+-- cancel: take a job that waits in the store (ready, deferred with its account, or
 -- delayed) out of it for good, as a revoke does; a leased (running) job is left to Celery's
 -- revoke in its worker.
 -- KEYS: global keys, then the keys of the job's queue.

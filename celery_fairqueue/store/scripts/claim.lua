@@ -8,7 +8,7 @@
 --       [9] how many of the queues to claim from, [10] n acks, then n times: queue index,
 --       job_id, account (encoded), business key as stored ("-": none), "1" if it succeeded
 --       (see ack_job in _lib.lua).
--- Returns a flat list: seconds until the next paused account or delayed job is due (-1: none),
+-- Returns a flat list: seconds until the next deferred account or delayed job is due (-1: none),
 -- the list of acked job ids whose lease was lost, then per job: queue index, job_id, envelope,
 -- deliveries, account, business key as stored, and its idempotency marker as it was before
 -- this claim wrote the started one ('' when none). A job whose Celery ``expires`` has passed
@@ -62,26 +62,26 @@ local function promote_delayed(qk)
   end
 end
 
-local function promote_paused(qk)
-  for _, account in ipairs(redis.call('ZRANGEBYSCORE', qk.paused, '-inf', now, 'LIMIT', 0, batch)) do
-    redis.call('ZREM', qk.paused, account)
+local function promote_deferred(qk)
+  for _, account in ipairs(redis.call('ZRANGEBYSCORE', qk.deferred, '-inf', now, 'LIMIT', 0, batch)) do
+    redis.call('ZREM', qk.deferred, account)
     rotate_in_or_forget(qk, account, true)
     emit('e', 'account_ready', 'q', qk.name, 'a', account, 'at', now)
   end
 end
 
--- Due delayed jobs become ready; accounts whose pause is over rejoin the rotation. Each set's
+-- Due delayed jobs become ready; accounts whose deferral is over rejoin the rotation. Each set's
 -- head is read first (usually it is not due: nothing to promote) and kept on qk as the next due
--- time the claim returns; a pause the claim itself makes lowers it (see pause).
+-- time the claim returns; a deferral the claim itself makes lowers it (see defer).
 local function promote(qk)
-  qk.next_delayed, qk.next_paused = first_due(qk.delayed), first_due(qk.paused)
+  qk.next_delayed, qk.next_deferred = first_due(qk.delayed), first_due(qk.deferred)
   if qk.next_delayed and qk.next_delayed <= now then
     promote_delayed(qk)
     qk.next_delayed = first_due(qk.delayed)
   end
-  if qk.next_paused and qk.next_paused <= now then
-    promote_paused(qk)
-    qk.next_paused = first_due(qk.paused)
+  if qk.next_deferred and qk.next_deferred <= now then
+    promote_deferred(qk)
+    qk.next_deferred = first_due(qk.deferred)
   end
 end
 
@@ -118,10 +118,19 @@ local function take_token(account, rate, burst)
   return wake
 end
 
-local function pause(qk, account, wake, waiting)
+-- The claim skips the account: the one place that decides why (DeferReason: rate_limited,
+-- window_closed, concurrency_cap) and until when ('-': until a job of it ends), and records it
+-- (records.Deferral) for the console and the CLI; cleared when the account rotates in again.
+local function record_deferral(qk, account, reason, due)
+  redis.call('HSET', qk.deferrals, account,
+             reason .. ' ' .. (due and string.format('%.6f', due) or '-'))
+end
+
+local function defer(qk, account, reason, wake, waiting)
+  record_deferral(qk, account, reason, wake)
   redis.call('HSET', qk.state, account, 'p')
-  redis.call('ZADD', qk.paused, wake, account)
-  qk.next_paused = math.min(qk.next_paused or wake, wake)
+  redis.call('ZADD', qk.deferred, wake, account)
+  qk.next_deferred = math.min(qk.next_deferred or wake, wake)
   redis.call('HINCRBY', K_STATS, 'deferred', waiting)
   emit('e', 'account_deferred', 'q', qk.name, 'a', account, 'at', now, 'due', wake)
 end
@@ -129,6 +138,7 @@ end
 -- The account's head job leaves ready; the account goes on in the rotation if it has more.
 local function take_head(qk, account, head, waiting)
   local job_id = select(3, split_member(head))
+  redis.call('HDEL', qk.deferrals, account)  -- it runs: no longer deferred
   redis.call('ZREM', qk.ready, head)
   redis.call('ZREM', qk.waiting, job_id)
   if waiting > 1 then
@@ -164,6 +174,7 @@ local function claim_from(qk, account)
   if waiting <= 0 or not head then
     redis.call('HDEL', qk.nready, account)
     redis.call('HDEL', qk.state, account)
+    redis.call('HDEL', qk.deferrals, account)
     return nil
   end
   local meta = redis.call('HGET', K_META, select(3, split_member(head)))
@@ -175,22 +186,24 @@ local function claim_from(qk, account)
   -- an operator's pause: out of the rotation, its jobs stay ready until resume.lua
   if operator_paused(qk, account) then
     redis.call('HSET', qk.state, account, 'o')
+    redis.call('HDEL', qk.deferrals, account)
     return nil
   end
   local rate, burst, cap, windows = parse_limit(redis.call('HGET', K_LIMITS, account) or default_limit)
   local wake = window_wake(windows)
   if wake then
-    pause(qk, account, wake, waiting)
+    defer(qk, account, 'window_closed', wake, waiting)
     return nil
   end
   if cap > 0 and hget_number(qk.running, account) >= cap then
     redis.call('HSET', qk.state, account, 'c')
+    record_deferral(qk, account, 'concurrency_cap', nil)
     redis.call('HINCRBY', K_STATS, 'capped', 1)
     return nil
   end
   wake = take_token(account, rate, burst)
   if wake then
-    pause(qk, account, wake, waiting)
+    defer(qk, account, 'rate_limited', wake, waiting)
     return nil
   end
 
@@ -251,10 +264,10 @@ end
 if claimed > 0 then
   redis.call('HINCRBY', K_STATS, 'claimed', claimed)
 end
--- tell the worker when to ask again, so a paused account runs the moment its token is there
+-- tell the worker when to ask again, so a deferred account runs the moment its token is there
 local next_due = nil
 for n = 1, nq do
-  for _, due in pairs({queues[n].next_paused, queues[n].next_delayed}) do
+  for _, due in pairs({queues[n].next_deferred, queues[n].next_delayed}) do
     next_due = math.min(next_due or due, due)
   end
 end

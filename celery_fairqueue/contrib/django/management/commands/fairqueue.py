@@ -61,8 +61,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: ArgumentParser) -> None:
         commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
         status = commands.add_parser(
-            "status", help="Jobs, oldest waiting age and live workers per queue, paused "
-                           "accounts and queues, DLQ size, counters.")
+            "status", help="Jobs, oldest waiting age and live workers per queue, accounts "
+                           "deferred by their limit, accounts and queues paused by an "
+                           "operator, DLQ size, counters.")
         status.add_argument("-Q", "--queues", help="Comma-separated fair queues to show.")
 
         accounts = commands.add_parser(
