@@ -74,6 +74,7 @@ def status_report(app: Celery, status: StoreStatus) -> str:
             ["QUEUE", "ACCOUNT", "REASON", "RUNS IN"],
             [[d.queue, d.account, d.reason.label if d.reason else "-",
               duration(d.until - status.server_time)] for d in status.deferred])]
+    lines += ["", default_limit_text(status.default_limit)]
     lines += ["", f"Dead letters: {status.dead_letters}    Leased jobs: {status.leased}"]
     if status.counters:
         lines += ["", "Counters since the store was created:",
@@ -93,6 +94,13 @@ def limit_text(limit: AccountLimit | None) -> str:
     if limit.window:
         parts.append(f"{limit.window} {limit.tz or 'UTC'}")
     return ", ".join(parts) or "none"
+
+
+def default_limit_text(limit: AccountLimit | None) -> str:
+    """The store's default limit, which every worker applies to accounts without their own."""
+    if limit is None:
+        return "Default limit: none stored yet (the first worker stores its settings')"
+    return f"Default limit: {limit_text(limit)} (change it with `fairqueue limits --default`)"
 
 
 def accounts_report(page: AccountPage, now: float,

@@ -270,6 +270,7 @@ class ConsoleViews:
         now = self.server_time()  # the store's own node's clock (time_at), also on a cluster
         pipe = client.pipeline(transaction=False)
         pipe.hget(keys.limit_config, encoded)
+        pipe.get(keys.default_limit)
         pipe.hmget(keys.pauses, [f for q in names for f in (
             pause_field(None, q), pause_field(account, q))] + [pause_field(account, None)])
         for queue in names:
@@ -282,9 +283,11 @@ class ConsoleViews:
             pipe.hget(qk.ndelayed, encoded)
             pipe.zrangebylex(qk.ready, *ReadyMember.range_of(account), 0, OLDEST_SCAN)
             pipe.zrange(qk.delayed, 0, 0, withscores=True)
-        own_limit, pauses, *replies = pipe.execute()
+        own_limit, stored_default, pauses, *replies = pipe.execute()
         own = AccountLimit.from_json(own_limit) if own_limit else None
-        default = store.settings.default_limit
+        # the store's default (what the claim applies); this process's setting until one is set
+        default = (AccountLimit.from_json(stored_default) if stored_default
+                   else store.settings.default_limit)
         limit = own or (default if default != AccountLimit() else None)
         consumers = self.consumers(workers)
         states = []

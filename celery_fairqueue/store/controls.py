@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..limits import AccountLimit
 from ..protocol import delivery_id
 from ..settings import FairqueueSettings
 from .client import AnyClient
@@ -124,6 +125,26 @@ class StoreControls:
 
     def known_queues(self) -> list[str]:
         raise NotImplementedError  # FairStore.known_queues
+
+    def server_time(self) -> float:
+        raise NotImplementedError  # FairStore.server_time
+
+    # -- the default limit ---------------------------------------------------------------------
+
+    def default_limit(self) -> AccountLimit | None:
+        """The store's default limit (for accounts without their own), or None while no worker
+        or operator has set one."""
+        raw = self.client.get(self.keys.default_limit)
+        return AccountLimit.from_json(raw) if raw else None
+
+    def set_default_limit(self, limit: AccountLimit, *, only_if_unset: bool = False
+                          ) -> AccountLimit:
+        """Make ``limit`` the store's default, which every worker's claim applies from its next
+        call; ``only_if_unset`` (a worker starting): only when the store has none. Returns the
+        default the store holds now."""
+        raw = self._run("set_default_limit", [], [limit.to_json(), limit.pack(self.server_time()),
+                                                  "1" if only_if_unset else "0"])
+        return AccountLimit.from_json(raw)
 
     # -- deliveries of a task ------------------------------------------------------------------
 

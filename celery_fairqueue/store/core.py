@@ -23,13 +23,14 @@ from ..protocol import NO_JOB_KEY, event_fields, task_id_of
 from ..settings import FairqueueSettings, settings_for
 from .client import AnyClient, make_client, operation
 from .controls import StoreControls, paused_accounts
-from .keys import Keys, QueueKeys, decode_id, encode_id, encode_job_key
+from .keys import DEFAULT_LIMIT_FIELD, Keys, QueueKeys, decode_id, encode_id, encode_job_key
 from .lua import load_script
 from .records import Marker, build_dead_record, marker_external_id
 
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "trim_done",
                 "wake", "bury", "emit", "take_dead", "restore_dead", "purge_dead", "give_back",
-                "cancel", "pause", "resume", "run_now", "register_worker", "heartbeat", "mark")
+                "cancel", "pause", "resume", "run_now", "register_worker", "heartbeat", "mark",
+                "set_default_limit")
 EVENTS_CHECK_SECONDS = 5.0
 
 
@@ -375,9 +376,14 @@ class FairStore(StoreControls):
         return AccountLimit.from_json(raw) if raw else None
 
     def refresh_windows(self) -> int:
-        """Recompute the window schedules of accounts that have one (they run a week ahead)."""
+        """Recompute the window schedules of accounts that have one, and of the store's default
+        limit (they run a week ahead)."""
         now = self.server_time()
         refreshed = 0
+        default = self.default_limit()
+        if default is not None and default.window:
+            self.client.hset(self.keys.limits, DEFAULT_LIMIT_FIELD, default.pack(now))
+            refreshed += 1
         for account, limit in self.limits():
             if limit.window:
                 self.client.hset(self.keys.limits, encode_id(account), limit.pack(now))

@@ -25,7 +25,10 @@ def encode_job_key(job_key: str | None) -> str:
 #: The store's global keys (Keys attributes), in the order a script receives those it touches.
 GLOBAL_KEY_NAMES = ("jobs", "meta", "job_keys", "done", "leases", "owners", "limits", "buckets",
                     "queues", "seq", "deliveries", "stats", "dead", "dead_index", "markers",
-                    "pending", "pauses", "workers", "worker_info", "instance")
+                    "pending", "pauses", "workers", "worker_info", "instance", "default_limit")
+#: The field of Keys.limits that holds the store's default limit, packed: an encoded account
+#: id never is "*" (encode_id escapes it).
+DEFAULT_LIMIT_FIELD = "*"
 QUEUE_KEY_NAMES = ("ring", "state", "ready", "nready", "deferred", "delayed", "running",
                    "waiting", "started", "ndelayed", "deferrals")
 #: Key suffixes that differ from their QueueKeys name: the deferred set's key keeps the suffix
@@ -111,8 +114,15 @@ class Keys:
 
     @cached_property
     def limits(self) -> str:
-        """Hash account -> packed limit (see limits.AccountLimit.pack)."""
+        """Hash account -> packed limit (see limits.AccountLimit.pack); field "*" is the
+        store's default limit (DEFAULT_LIMIT_FIELD), which the claim reads."""
         return self._key("limits")
+
+    @cached_property
+    def default_limit(self) -> str:
+        """The store's default limit as configured (JSON): set by the first worker, or by an
+        operator; every worker and the console use it."""
+        return self._key("defaultlimit")
 
     @cached_property
     def limit_config(self) -> str:

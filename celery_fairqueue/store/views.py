@@ -63,6 +63,7 @@ class StoreStatus:
     server_time: float
     workers: list[WorkerInfo] = field(default_factory=list)  # live workers
     pauses: list[OperatorPause] = field(default_factory=list)  # operators' pauses
+    default_limit: AccountLimit | None = None  # the store's (None: no worker set one yet)
 
     def unconsumed(self) -> list[QueueStatus]:
         """Queues with ready jobs that no live worker consumes."""
@@ -157,7 +158,8 @@ class StoreInspector(ConsoleViews):
         pipe.zcard(self.keys.leases)
         dead, leased = pipe.execute()
         return StoreStatus(rows, deferred, dead, leased, self.store.stats(),
-                           self.store.server_time(), workers=workers, pauses=pauses)
+                           self.store.server_time(), workers=workers, pauses=pauses,
+                           default_limit=self.store.default_limit())
 
     def accounts(self, queues: list[str] | None = None, account: str | None = None,
                  limit: int = 50) -> AccountPage:

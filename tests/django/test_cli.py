@@ -325,3 +325,18 @@ def test_status_counts_an_operator_pause_as_paused_not_deferred(rel, redis_url):
     assert row[4:7] == ["1", "0", "1"]  # accounts ready, deferred by a limit, paused
     accounts = celery("accounts", redis_url=redis_url)
     assert "held" not in accounts.stdout
+
+
+def test_limits_default_sets_the_stores_default_limit_and_status_reports_it(rel, redis_url):
+    shown = celery("limits", redis_url=redis_url)
+    assert shown.returncode == 0, shown.stderr
+    assert "Default limit: none stored yet" in shown.stdout
+    changed = celery("limits", "--default", "--rate", "10/s", "--concurrency", "2",
+                     redis_url=redis_url)
+    assert changed.returncode == 0, changed.stderr
+    assert "Default limit: 10/s, 2 at once" in changed.stdout
+    assert celery_fairqueue.get_default_limit(rel.app) == celery_fairqueue.AccountLimit(
+        rate="10/s", concurrency=2)
+    assert "Default limit: 10/s, 2 at once" in celery("status", redis_url=redis_url).stdout
+    refused = celery("limits", "--rate", "5/s", redis_url=redis_url)
+    assert refused.returncode != 0 and "--default" in refused.stderr

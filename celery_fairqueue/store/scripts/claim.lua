@@ -2,7 +2,8 @@
 -- rotation, skipping accounts over a limit. One call per turn of the worker: its acks ride along.
 -- KEYS: global keys, then the keys of each queue the worker consumes, then of the queues only
 --       its acks are from (a queue it stopped consuming).
--- ARGV: [1] jobs wanted, [2] lease seconds, [3] owner token, [4] default limit (packed),
+-- ARGV: [1] jobs wanted, [2] lease seconds, [3] owner token, [4] the default limit (packed) to
+--       use only while the store holds none (it holds one once a worker ran: limits field "*"),
 --       [5] promotion batch, [6] most accounts skipped in one call, [7] most deliveries before
 --       a job is dead-lettered as poison, [8] index of the queue to start with (1-based),
 --       [9] how many of the queues to claim from, [10] n acks, then n times: queue index,
@@ -16,7 +17,9 @@
 -- no token), and listed the same way with its queue index negated, for the worker to record as
 -- revoked.
 -- Cost: O(log n) per job or skipped account (ring pops, hash fields, one lex range); no scans.
-local want, lease, token, default_limit = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local want, lease, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+-- the store's one default limit (set_default_limit.lua), not this worker's own setting
+local default_limit = redis.call('HGET', K_LIMITS, '*') or ARGV[4]
 local batch, max_skips, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local nq = tonumber(ARGV[9])
 local now = now_seconds()
