@@ -70,7 +70,7 @@ def get_default_limit(app: Celery) -> AccountLimit | None:
 
 
 def clear_account_limit(app: Celery, account: str) -> None:
-    """Remove an account's own limit; the default limit from settings applies again."""
+    """Remove an account's own limit; the store's default limit applies again."""
     store_for(app).clear_limit(str(account))
 
 
