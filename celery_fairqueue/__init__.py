@@ -19,11 +19,13 @@ from .install import (
     cancel,
     clear_account_limit,
     get_account_limit,
+    get_default_limit,
     install,
     pause,
     resume,
     run_now,
     set_account_limit,
+    set_default_limit,
 )
 from .limits import AccountLimit
 from .retry import PermanentError, RetryableError, RetryPolicy
@@ -57,10 +59,12 @@ __all__ = [
     "cancel",
     "clear_account_limit",
     "get_account_limit",
+    "get_default_limit",
     "install",
     "pause",
     "resume",
     "run_now",
     "set_account_limit",
+    "set_default_limit",
     "store_for",
 ]

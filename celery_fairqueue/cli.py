@@ -22,9 +22,10 @@ from celery.exceptions import CeleryCommandException
 from celery.platforms import EX_FAILURE, EX_UNAVAILABLE
 from celery.utils.text import pluralize
 
-from .errors import DeadLetterNotFound, StoreUnavailableError
+from .errors import DeadLetterNotFound, InvalidLimitError, StoreUnavailableError
 from .install import pause as pause_account
 from .install import resume as resume_account
+from .limits import AccountLimit
 from .reports import (
     BatchOutcome,
     PurgeSelectionError,
@@ -32,6 +33,7 @@ from .reports import (
     cancel_each,
     dead_letter_report,
     dead_letters_report,
+    default_limit_text,
     failure_lines,
     jobs_report,
     pause_report,
@@ -44,7 +46,7 @@ from .reports import (
     status_report,
     workers_report,
 )
-from .store import DeadLetters, StoreInspector
+from .store import DeadLetters, StoreInspector, store_for
 
 # -- the celery sub-command ------------------------------------------------------------------
 
@@ -85,14 +87,16 @@ def fairqueue(ctx: click.Context, **kwargs: Any) -> None:
 
 @fairqueue.command(cls=StoreCommand)
 @queues_option
-@click.option("--paused", cls=CeleryOption, type=click.IntRange(1), default=10, show_default=True,
-              help_group="Store Options", help="Paused accounts to list per queue.")
+@click.option("--deferred", cls=CeleryOption, type=click.IntRange(1), default=10,
+              show_default=True, help_group="Store Options",
+              help="Accounts deferred by their limit to list per queue.")
 @click.pass_context
-def status(ctx: click.Context, queues: list[str] | None, paused: int, **kwargs: Any) -> None:
+def status(ctx: click.Context, queues: list[str] | None, deferred: int, **kwargs: Any) -> None:
     """Jobs, oldest waiting age and live workers per queue (with a warning for a queue no
-    worker consumes), paused accounts and queues, DLQ size, counters."""
+    worker consumes), accounts deferred by their limit, accounts and queues paused by an
+    operator, DLQ size, counters."""
     app = _app(ctx)
-    ctx.obj.echo(status_report(app, StoreInspector(app).status(queues, paused_limit=paused)))
+    ctx.obj.echo(status_report(app, StoreInspector(app).status(queues, deferred_limit=deferred)))
 
 
 @fairqueue.command(cls=StoreCommand)
@@ -207,6 +211,39 @@ def scheduled(ctx: click.Context, queues: list[str] | None, limit: int, **kwargs
     inspector = StoreInspector(_app(ctx))
     ctx.obj.echo(scheduled_report(inspector.scheduled(queues, limit),
                                   inspector.store.server_time()))
+
+
+@fairqueue.command(cls=StoreCommand)
+@click.option("--default", "set_default", cls=CeleryOption, is_flag=True,
+              help_group="Limit Options",
+              help="Set the store's default limit (for accounts without their own) to the "
+                   "options given; every worker applies it from its next claim.")
+@click.option("--rate", cls=CeleryOption, help_group="Limit Options",
+              help="Rate in Celery's format, e.g. 10/s.")
+@click.option("--burst", cls=CeleryOption, type=float, help_group="Limit Options",
+              help="Tokens an idle account may save up.")
+@click.option("--concurrency", cls=CeleryOption, type=click.IntRange(1),
+              help_group="Limit Options", help="Most jobs of one account running at once.")
+@click.option("--window", cls=CeleryOption, help_group="Limit Options",
+              help="Working hours, e.g. 09:00-17:00.")
+@click.option("--tz", cls=CeleryOption, help_group="Limit Options",
+              help="Time zone of the window.")
+@click.pass_context
+def limits(ctx: click.Context, set_default: bool, rate: str | None, burst: float | None,
+           concurrency: int | None, window: str | None, tz: str | None,
+           **kwargs: Any) -> None:
+    """The store's default limit; with --default, set it (no other option: no limit)."""
+    store = store_for(_app(ctx))
+    if set_default:
+        try:
+            store.set_default_limit(AccountLimit(rate=rate, burst=burst,
+                                                 concurrency=concurrency, window=window, tz=tz))
+        except InvalidLimitError as exc:
+            raise click.UsageError(str(exc)) from None
+    elif any(v is not None for v in (rate, burst, concurrency, window, tz)):
+        raise click.UsageError("--rate, --burst, --concurrency, --window and --tz set the "
+                               "default limit: add --default")
+    ctx.obj.echo(default_limit_text(store.default_limit()))
 
 
 @fairqueue.group()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigurationError, SerializationError, StoreUnavailableError
 from .protocol import LeaseTicket
+from .store.records import Marker
 
 if TYPE_CHECKING:
     from .store import FairStore
@@ -92,12 +93,12 @@ class MarkerGuard:
         ``already_applied`` found its side effect after a crash), else ``(False, None)``, the
         started marker written."""
         marker = self.store.marker(job_key) if self.ticket is None else \
-            json.loads(self.ticket.marker or "null")
-        if marker and marker["state"] == "done":
+            Marker.read(self.ticket.marker)
+        if marker and marker.done:
             logger.info("fairqueue: %s is already done (job key %s...); not run again",
                         self.task, job_key[:12])
-            return True, marker.get("external_id")
-        if marker and marker["state"] == "started" and (external_id := already_applied()):
+            return True, marker.external_id
+        if marker and marker.state == "started" and (external_id := already_applied()):
             logger.warning("fairqueue: %s had already applied its side effect before a crash "
                            "(external id %s); marked done, not run again", self.task,
                            external_id)

@@ -55,8 +55,22 @@ def set_account_limit(app: Celery, account: str, *, rate: str | None = None,
     return limit
 
 
+def set_default_limit(app: Celery, *, rate: str | None = None, burst: float | None = None,
+                      concurrency: int | None = None, window: str | None = None,
+                      tz: str | None = None) -> AccountLimit:
+    """The store's default limit, for accounts without their own; every worker applies it from
+    its next claim (the ``fairqueue_default_*`` settings only seed it, by the first worker)."""
+    limit = AccountLimit(rate=rate, burst=burst, concurrency=concurrency, window=window, tz=tz)
+    return store_for(app).set_default_limit(limit)
+
+
+def get_default_limit(app: Celery) -> AccountLimit | None:
+    """The store's default limit, or None while no worker or operator has set one."""
+    return store_for(app).default_limit()
+
+
 def clear_account_limit(app: Celery, account: str) -> None:
-    """Remove an account's own limit; the default limit from settings applies again."""
+    """Remove an account's own limit; the store's default limit applies again."""
     store_for(app).clear_limit(str(account))
 
 

@@ -8,7 +8,9 @@ hash, which the Lua scripts increment anyway.
 ``fairqueue_ready_jobs{queue}``                   jobs waiting for a worker
 ``fairqueue_delayed_jobs{queue}``                 jobs waiting for their time (eta, retry)
 ``fairqueue_running_jobs{queue}``                 jobs leased to a worker
-``fairqueue_paused_accounts{queue}``              accounts waiting for their rate or window
+``fairqueue_deferred_accounts{queue}``            accounts deferred by their limit (rate, window,
+                                                  concurrency cap)
+``fairqueue_paused_accounts{queue}``              accounts an operator paused in the queue
 ``fairqueue_dead_letters``                        jobs in the dead-letter queue
 ``fairqueue_event_backlog``                       transitions not yet recorded
 ``fairqueue_<name>_total``                        enqueued, claimed, deferred, requeued,
@@ -19,7 +21,7 @@ hash, which the Lua scripts increment anyway.
 ``fairqueue_account_oldest_waiting_age_seconds``  the same per account, for the
   ``{queue, account, reason}``                    ``fairqueue_metrics_top_accounts`` accounts
                                                   of each queue waiting longest; ``reason`` is
-                                                  why it does not run (see store/console.py)
+                                                  why it does not run (states.Reason)
 ``fairqueue_queue_workers{queue}``                live workers that consume the queue
 ``fairqueue_workers``                             live workers (registered by heartbeat)
 ``fairqueue_operator_pauses``                     accounts and queues an operator paused
@@ -44,6 +46,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .errors import StoreUnavailableError
+from .states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED
 from .store import DeadLetters, EventReader, StoreInspector, store_for
 
 logger = logging.getLogger(__name__)
@@ -51,13 +54,13 @@ logger = logging.getLogger(__name__)
 COUNTERS = {
     "enqueued": "Jobs stored (retries included).",
     "claimed": "Jobs leased to a worker.",
-    "deferred": "Ready jobs held back because their account was over its limit.",
+    "deferred": "Ready jobs deferred because their account was over its limit.",
     "requeued": "Leased jobs given back to ready by their worker.",
     "reaped": "Leased jobs returned to ready after their lease expired.",
     "dead": "Jobs moved to the dead-letter queue.",
     "replayed": "Dead letters sent again.",
     "acked": "Leased jobs settled by their worker.",
-    "capped": "Claims that skipped an account at its concurrency cap.",
+    "capped": "Claims that deferred an account at its concurrency cap.",
     "cancelled": "Waiting jobs taken out of the store by a revoke or cancel().",
     "expired": "Jobs dropped by the claim, past Celery's expires, without running.",
 }
@@ -65,7 +68,10 @@ QUEUE_GAUGES = {
     "ready": ("fairqueue_ready_jobs", "Jobs waiting for a worker."),
     "delayed": ("fairqueue_delayed_jobs", "Jobs waiting for their time (eta, retry backoff)."),
     "running": ("fairqueue_running_jobs", "Jobs leased to a worker."),
-    "paused_accounts": ("fairqueue_paused_accounts", "Accounts waiting for their limit."),
+    "deferred_accounts": ("fairqueue_deferred_accounts",
+                          f"{ACCOUNTS_DEFERRED} by their limit (rate, window, concurrency cap)."),
+    "paused_accounts": ("fairqueue_paused_accounts",
+                        f"{ACCOUNTS_PAUSED} by an operator in the queue (or everywhere)."),
 }
 
 OldestReadyAge = Callable[[], dict[str, float]]

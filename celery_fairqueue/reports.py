@@ -21,6 +21,7 @@ from .idempotency import bound_arguments
 from .install import cancel, run_now
 from .limits import AccountLimit
 from .redaction import redact_arguments
+from .states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, ACCOUNTS_READY
 from .store import (
     AccountPage,
     DeadLetter,
@@ -42,18 +43,18 @@ HIDDEN_ARGS = "(hidden: --show-args shows them, redacted)"
 
 def status_report(app: Celery, status: StoreStatus) -> str:
     """Per-queue totals with the oldest waiting job's age and the live workers, a warning per
-    queue with ready jobs that no live worker consumes, paused accounts and queues, dead
-    letters, leases and counters."""
+    queue with ready jobs that no live worker consumes, accounts deferred by their limit,
+    accounts and queues paused by an operator, dead letters, leases and counters."""
     settings = store_for(app).settings
     now = status.server_time
     lines = [f"Fair store {display_url(settings.redis_url or '')} "
              f"(prefix {settings.key_prefix}) at {moment(now)}", ""]
     if status.queues:
         lines.append(render(
-            ["QUEUE", "READY", "DELAYED", "RUNNING", "ACCOUNTS READY", "ACCOUNTS PAUSED",
-             "OLDEST WAITING", "WORKERS"],
+            ["QUEUE", "READY", "DELAYED", "RUNNING", ACCOUNTS_READY.upper(),
+             ACCOUNTS_DEFERRED.upper(), ACCOUNTS_PAUSED.upper(), "OLDEST WAITING", "WORKERS"],
             [[q.queue, q.ready, q.delayed, q.running if q.running_exact else f"{q.running}+",
-              q.accounts_ready, q.accounts_paused,
+              q.accounts_ready, q.accounts_deferred, q.accounts_paused,
               ago(q.oldest_waiting, now) if q.oldest_waiting else "-", q.workers]
              for q in status.queues]))
     else:
@@ -68,11 +69,12 @@ def status_report(app: Celery, status: StoreStatus) -> str:
             [[p.queue or "(every queue)", p.account or "(the whole queue)", p.by or "-",
               moment(p.at), p.reason or "-"] for p in status.pauses])]
     lines += ["", workers_report(status.workers, now)]
-    if status.paused:
-        lines += ["", "Paused accounts, soonest to resume first:", render(
-            ["QUEUE", "ACCOUNT", "RESUMES IN"],
-            [[p.queue, p.account, duration(p.until - status.server_time)]
-             for p in status.paused])]
+    if status.deferred:
+        lines += ["", "Accounts deferred by their limit, soonest to run first:", render(
+            ["QUEUE", "ACCOUNT", "REASON", "RUNS IN"],
+            [[d.queue, d.account, d.reason.label if d.reason else "-",
+              duration(d.until - status.server_time)] for d in status.deferred])]
+    lines += ["", default_limit_text(status.default_limit)]
     lines += ["", f"Dead letters: {status.dead_letters}    Leased jobs: {status.leased}"]
     if status.counters:
         lines += ["", "Counters since the store was created:",
@@ -94,6 +96,13 @@ def limit_text(limit: AccountLimit | None) -> str:
     return ", ".join(parts) or "none"
 
 
+def default_limit_text(limit: AccountLimit | None) -> str:
+    """The store's default limit, which every worker applies to accounts without their own."""
+    if limit is None:
+        return "Default limit: none stored yet (the first worker stores its settings')"
+    return f"Default limit: {limit_text(limit)} (change it with `fairqueue limits --default`)"
+
+
 def accounts_report(page: AccountPage, now: float,
                     states: Mapping[tuple[str, str], QueueState] | None = None) -> str:
     """One row per account and queue: ready, running, state, limit and, given the accounts'
@@ -103,8 +112,8 @@ def accounts_report(page: AccountPage, now: float,
     states = states or {}
     table = render(
         ["ACCOUNT", "QUEUE", "READY", "RUNNING", "STATE", "RESUMES IN", "LIMIT", "REASON"],
-        [[r.account, r.queue, r.ready, r.running, r.state,
-          duration(r.paused_until - now) if r.paused_until else "-", limit_text(r.limit),
+        [[r.account, r.queue, r.ready, r.running, r.state.label,
+          duration(r.deferred_until - now) if r.deferred_until else "-", limit_text(r.limit),
           states[(r.queue, r.account)].reason_text if (r.queue, r.account) in states else "-"]
          for r in page.rows])
     footer = f"{len(page.rows)} rows; {page.accounts_ready} accounts have ready jobs."

@@ -12,18 +12,19 @@ so a countdown does not count as waiting and a future eta is not waiting at all.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from ..envelope import Envelope, MalformedEnvelopeError
 from ..limits import AccountLimit, zone
-from ..protocol import task_id_of
+from ..protocol import normalize_id, task_id_of
+from ..states import DeferReason, Reason
 from .controls import OperatorPause, parse_pause, pause_field
 from .core import FairStore
 from .keys import decode_id, encode_id
+from .records import Deferral, ReadyMember, WorkerEntry, member_job_id, meta_account
 
 #: Most of an account's ready jobs read to find its oldest (FIFO order: the oldest is among
 #: the first unless a priority or a late-due delayed job reorders them).
@@ -34,10 +35,8 @@ HEAD_CHECK = 16
 #: jobs are made ready at every claim, so only a queue no worker claims holds many.
 DUE_SCAN = 2000
 
-Reason = Literal["runnable", "no_ready_jobs", "rate_limited", "window_closed",
-                 "concurrency_cap", "paused", "no_worker"]
-REASONS: tuple[Reason, ...] = ("runnable", "no_ready_jobs", "rate_limited", "window_closed",
-                               "concurrency_cap", "paused", "no_worker")
+#: Every reason an account's next job does not run now (states.Reason), in its order.
+REASONS: tuple[Reason, ...] = tuple(Reason)
 
 
 @dataclass(frozen=True)
@@ -46,11 +45,11 @@ class QueueState:
 
     queue: str
     account: str
-    reason: str  # one of REASONS
+    reason: Reason  # one of REASONS (a str)
     reason_text: str  # the reason in words, e.g. "rate limit: next token in 3.2 s"
     until: float | None  # Redis server time when the reason ends, if known
     ready: int  # ready jobs the rotation may hand out (also while paused by an operator)
-    deferred: int  # ready jobs held back by the account's rate limit or window
+    deferred: int  # ready jobs of an account its rate limit or window deferred
     delayed_due: int  # delayed jobs whose time has come (made ready at the next claim)
     delayed_future: int  # delayed jobs still waiting for their time (eta, countdown, backoff)
     running: int
@@ -128,27 +127,32 @@ def pause_text(pause: OperatorPause) -> str:
     return f"{text}: {pause.reason}" if pause.reason else text
 
 
-def window_wake(limit: AccountLimit | None, now: float) -> float | None:
-    """None while the window of ``limit`` is open (or it has none), else when it opens."""
-    if limit is None or not limit.window:
-        return None
-    for opens, closes in limit.schedule(now):
-        if now < opens:
-            return opens
-        if now < closes:
-            return None
-    return None
-
-
-def token_wake(limit: AccountLimit | None, bucket: str | None, now: float) -> float | None:
-    """None when the account's bucket holds a token now, else when the next one comes."""
-    if limit is None or not limit.rate or not bucket:
-        return None
-    rate = limit.per_second
-    burst = limit.burst if limit.burst is not None else 1.0
-    tokens_text, updated_text = bucket.split(" ")
-    tokens = min(burst, float(tokens_text) + max(0.0, now - float(updated_text)) * rate)
-    return None if tokens >= 1 else now + (1 - tokens) / rate
+def explain(*, now: float, waiting: int, running: int, state: str | None,
+            limit_wake: float | None, deferral: Deferral | None, limit: AccountLimit | None,
+            pause: OperatorPause | None, consumed: bool) -> tuple[Reason, str, float | None]:
+    """Why the account's next job does not run now, and until when: an operator's pause, the
+    queue's circumstances, or the deferral the claim recorded where it decided it (claim.lua);
+    the limit rules themselves are not repeated here."""
+    if pause is not None:
+        return Reason.PAUSED, pause_text(pause), None
+    if waiting <= 0:
+        return Reason.NO_READY_JOBS, "no ready jobs", None
+    if not consumed:
+        return Reason.NO_WORKER, "no worker consumes this queue", None
+    if state == "c":
+        cap = limit.concurrency if limit and limit.concurrency else running
+        return (Reason.CONCURRENCY_CAP, f"concurrency cap: {running} of {cap} running",
+                None)
+    if state == "p":
+        until = deferral.until if deferral and deferral.until else limit_wake
+        if until is not None and until > now:
+            if deferral and deferral.reason == DeferReason.WINDOW_CLOSED:
+                tz = limit.tz if limit else None
+                return (Reason.WINDOW_CLOSED,
+                        f"window closed until {format_opening(until, tz, now)}", until)
+            # a rate deferral, or one an older claim made without a record
+            return Reason.RATE_LIMITED, f"rate limit: next token in {until - now:.1f} s", until
+    return Reason.RUNNABLE, "runnable: next in turn for a free worker slot", None
 
 
 class ConsoleViews:
@@ -180,11 +184,11 @@ class ConsoleViews:
             raw = infos.get(worker_id)
             if float(expires) <= now or not raw:
                 continue
-            beat, _, info = str(raw).partition(" ")
-            data = json.loads(info)
+            entry = WorkerEntry.parse(raw)
+            data = entry.info
             found.append(WorkerInfo(name=str(data.get("name") or worker_id),
                                     queues=tuple(data.get("queues") or ()),
-                                    slots=int(data.get("slots") or 0), heartbeat=float(beat),
+                                    slots=int(data.get("slots") or 0), heartbeat=entry.heartbeat,
                                     id=str(worker_id), expires=float(expires)))
         return sorted(found, key=lambda w: (w.name, w.id))
 
@@ -246,8 +250,8 @@ class ConsoleViews:
         metas = client.hmget(self.store.keys.meta, [j for _, j in jobs]) if jobs else []
         found: dict[str, float] = {}
         for (since, _), meta in zip(jobs, metas, strict=True):
-            if meta:
-                account = decode_id(str(meta).split(" ")[1])
+            account = meta_account(meta)
+            if account is not None:
                 found.setdefault(account, since)
                 if len(found) >= top:
                     break
@@ -266,7 +270,7 @@ class ConsoleViews:
         now = self.server_time()  # the store's own node's clock (time_at), also on a cluster
         pipe = client.pipeline(transaction=False)
         pipe.hget(keys.limit_config, encoded)
-        pipe.hget(keys.buckets, encoded)
+        pipe.get(keys.default_limit)
         pipe.hmget(keys.pauses, [f for q in names for f in (
             pause_field(None, q), pause_field(account, q))] + [pause_field(account, None)])
         for queue in names:
@@ -274,30 +278,33 @@ class ConsoleViews:
             pipe.hget(qk.nready, encoded)
             pipe.hget(qk.running, encoded)
             pipe.hget(qk.state, encoded)
-            pipe.zscore(qk.paused, encoded)
+            pipe.zscore(qk.deferred, encoded)
+            pipe.hget(qk.deferrals, encoded)
             pipe.hget(qk.ndelayed, encoded)
-            pipe.zrangebylex(qk.ready, f"[{encoded}|", f"({encoded}}}", 0, OLDEST_SCAN)
+            pipe.zrangebylex(qk.ready, *ReadyMember.range_of(account), 0, OLDEST_SCAN)
             pipe.zrange(qk.delayed, 0, 0, withscores=True)
-        replies = [None, *pipe.execute()]
-        _, own_limit, bucket, pauses = replies[:4]
+        own_limit, stored_default, pauses, *replies = pipe.execute()
         own = AccountLimit.from_json(own_limit) if own_limit else None
-        default = store.settings.default_limit
+        # the store's default (what the claim applies); this process's setting until one is set
+        default = (AccountLimit.from_json(stored_default) if stored_default
+                   else store.settings.default_limit)
         limit = own or (default if default != AccountLimit() else None)
         consumers = self.consumers(workers)
         states = []
         for n, queue in enumerate(names):
-            nready, running, state, limit_wake, ndelayed, heads, first_delayed = \
-                replies[4 + 7 * n: 11 + 7 * n]
+            nready, running, state, limit_wake, deferral, ndelayed, heads, first_delayed = \
+                replies[8 * n: 8 * n + 8]
             fields = [pause_field(None, queue), pause_field(account, queue),
                       pause_field(account, None)]
             raws = [pauses[2 * n], pauses[2 * n + 1], pauses[-1]]
-            held = next((parse_pause(f, r) for f, r in zip(fields, raws, strict=True) if r),
-                        None)
+            pause = next((parse_pause(f, r) for f, r in zip(fields, raws, strict=True) if r),
+                         None)
             states.append(self._queue_state(
                 queue=queue, account=account, now=now, nready=int(nready or 0),
                 running=int(running or 0), state=state, limit_wake=_float(limit_wake),
+                deferral=Deferral.parse(deferral) if deferral else None,
                 ndelayed=int(ndelayed or 0), heads=heads, first_delayed=first_delayed,
-                limit=limit, own=own is not None, bucket=bucket, held=held,
+                limit=limit, own=own is not None, pause=pause,
                 consumed=queue in consumers))
         return states
 
@@ -311,15 +318,15 @@ class ConsoleViews:
         if not due:
             return 0, None, True
         metas = client.hmget(keys.meta, [job_id for job_id, _ in due])
-        encoded = encode_id(account)
+        wanted = normalize_id(account)
         mine = [float(score) for (_, score), meta in zip(due, metas, strict=True)
-                if meta and str(meta).split(" ")[1] == encoded]
+                if meta_account(meta) == wanted]
         return len(mine), (min(mine) if mine else None), len(due) < DUE_SCAN
 
     def _queue_state(self, *, queue: str, account: str, now: float, nready: int, running: int,
-                     state: str | None, limit_wake: float | None, ndelayed: int,
-                     heads: list[str], first_delayed: list[Any], limit: AccountLimit | None,
-                     own: bool, bucket: str | None, held: OperatorPause | None,
+                     state: str | None, limit_wake: float | None, deferral: Deferral | None,
+                     ndelayed: int, heads: list[str], first_delayed: list[Any],
+                     limit: AccountLimit | None, own: bool, pause: OperatorPause | None,
                      consumed: bool) -> QueueState:
         complete = True
         delayed_due, due_since = 0, None
@@ -327,50 +334,26 @@ class ConsoleViews:
             delayed_due, due_since, complete = self._due_delayed(queue, account, now)
         oldest = due_since
         if heads:
-            ids = [head.split("|", 2)[2] for head in heads]
+            ids = [member_job_id(head) for head in heads]
             scores = self.store.client.zmscore(self.store.keys.queue(queue).waiting, ids)
             known = [float(s) for s in scores if s is not None]
             if known:
                 oldest = min(known) if oldest is None else min(oldest, *known)
             complete = complete and len(heads) >= nready  # all read: none beyond the bound
+        # "p": deferred until a time (rate, window): its ready jobs wait for it
         deferred = nready if state == "p" else 0
-        reason, text, until = self._reason(
+        reason, text, until = explain(
             now=now, waiting=nready + delayed_due, running=running, state=state,
-            limit_wake=limit_wake, limit=limit, bucket=bucket, held=held, consumed=consumed)
+            limit_wake=limit_wake, deferral=deferral, limit=limit, pause=pause,
+            consumed=consumed)
         return QueueState(
             queue=queue, account=account, reason=reason, reason_text=text, until=until,
             ready=nready - deferred, deferred=deferred, delayed_due=delayed_due,
             delayed_future=max(ndelayed - delayed_due, 0), running=running,
             oldest_waiting=oldest, limit=limit, limit_is_default=not own,
-            paused_by=held.by if held else None, paused_at=held.at if held else None,
-            pause_reason=held.reason if held else None,
-            pause_scope=held.scope if held else None, server_time=now, complete=complete)
-
-    @staticmethod
-    def _reason(*, now: float, waiting: int, running: int, state: str | None,
-                limit_wake: float | None, limit: AccountLimit | None, bucket: str | None,
-                held: OperatorPause | None, consumed: bool
-                ) -> tuple[Reason, str, float | None]:
-        """Why the account's next job does not run now, in the claim's own order of checks."""
-        if held is not None:
-            return "paused", pause_text(held), None
-        if waiting <= 0:
-            return "no_ready_jobs", "no ready jobs", None
-        if not consumed:
-            return "no_worker", "no worker consumes this queue", None
-        opens = window_wake(limit, now)
-        if opens is not None and limit is not None:
-            return ("window_closed",
-                    f"window closed until {format_opening(opens, limit.tz, now)}", opens)
-        cap = limit.concurrency if limit else None
-        if cap and running >= cap:
-            return "concurrency_cap", f"concurrency cap: {running} of {cap} running", None
-        wake = token_wake(limit, bucket, now)
-        if wake is None and state == "p" and limit_wake is not None and limit_wake > now:
-            wake = limit_wake
-        if wake is not None:
-            return "rate_limited", f"rate limit: next token in {wake - now:.1f} s", wake
-        return "runnable", "runnable: next in turn for a free worker slot", None
+            paused_by=pause.by if pause else None, paused_at=pause.at if pause else None,
+            pause_reason=pause.reason if pause else None,
+            pause_scope=pause.scope if pause else None, server_time=now, complete=complete)
 
     # -- one account's jobs --------------------------------------------------------------------
 
@@ -387,13 +370,13 @@ class ConsoleViews:
             pipe = client.pipeline(transaction=False)
             pipe.hget(qk.state, encoded)
             pipe.hgetall(qk.started)  # as many as the queue runs: at most its workers' slots
-            pipe.zrangebylex(qk.ready, f"[{encoded}|", f"({encoded}}}", 0, limit)
+            pipe.zrangebylex(qk.ready, *ReadyMember.range_of(account), 0, limit)
             pipe.zrange(qk.delayed, 0, DUE_SCAN - 1, withscores=True)
             state, started, heads, delayed = pipe.execute()
             candidates: list[tuple[str, str, float | None, float | None]] = []
             candidates += [(job_id, "running", float(at), None) for job_id, at in
                            sorted(started.items(), key=lambda item: float(item[1]))]
-            ready_ids = [head.split("|", 2)[2] for head in heads]
+            ready_ids = [member_job_id(head) for head in heads]
             since = client.zmscore(qk.waiting, ready_ids) if ready_ids else []
             kind = "deferred" if state == "p" else "ready"
             candidates += [(job_id, kind, _float(s), None)
@@ -411,7 +394,7 @@ class ConsoleViews:
         client, keys = self.store.client, self.store.keys
         metas = client.hmget(keys.meta, [c[0] for c in candidates])
         mine = [c for c, meta in zip(candidates, metas, strict=True)
-                if meta and str(meta).split(" ")[1] == encoded][:limit]
+                if meta_account(meta) == decode_id(encoded)][:limit]
         envelopes = client.hmget(keys.jobs, [c[0] for c in mine]) if mine else []
         return [LiveJob(job_id=job_id, queue=queue, account=account,
                         task=_task_name(str(envelope) if envelope else None), state=state,

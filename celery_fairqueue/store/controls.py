@@ -16,10 +16,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..limits import AccountLimit
 from ..protocol import delivery_id
 from ..settings import FairqueueSettings
 from .client import AnyClient
 from .keys import Keys, QueueKeys, decode_id, encode_id
+from .records import JobMeta, member_job_id
 
 #: Retries of one task whose deliveries cancel and run_now look through.
 MAX_DELIVERY_LOOKUP = 4096
@@ -46,6 +48,13 @@ class OperatorPause:
         if self.account is None:
             return "queue"
         return "account" if self.queue is not None else "account_everywhere"
+
+
+def paused_accounts(pauses: Sequence[OperatorPause], queue: str) -> int:
+    """Accounts an operator paused in ``queue``, or in every queue (the status, the console
+    and the metrics count these)."""
+    return len({p.account for p in pauses
+                if p.account is not None and p.queue in (None, queue)})
 
 
 def pause_field(account: str | None, queue: str | None) -> str:
@@ -117,6 +126,26 @@ class StoreControls:
     def known_queues(self) -> list[str]:
         raise NotImplementedError  # FairStore.known_queues
 
+    def server_time(self) -> float:
+        raise NotImplementedError  # FairStore.server_time
+
+    # -- the default limit ---------------------------------------------------------------------
+
+    def default_limit(self) -> AccountLimit | None:
+        """The store's default limit (for accounts without their own), or None while no worker
+        or operator has set one."""
+        raw = self.client.get(self.keys.default_limit)
+        return AccountLimit.from_json(raw) if raw else None
+
+    def set_default_limit(self, limit: AccountLimit, *, only_if_unset: bool = False
+                          ) -> AccountLimit:
+        """Make ``limit`` the store's default, which every worker's claim applies from its next
+        call; ``only_if_unset`` (a worker starting): only when the store has none. Returns the
+        default the store holds now."""
+        raw = self._run("set_default_limit", [], [limit.to_json(), limit.pack(self.server_time()),
+                                                  "1" if only_if_unset else "0"])
+        return AccountLimit.from_json(raw)
+
     # -- deliveries of a task ------------------------------------------------------------------
 
     def deliveries_of(self, task_id: str) -> Iterator[tuple[str, str]]:
@@ -127,7 +156,7 @@ class StoreControls:
         if ":" in task_id:
             meta = self.client.hget(self.keys.meta, task_id)
             if meta:
-                yield task_id, decode_id(str(meta).split(" ", 1)[0])
+                yield task_id, JobMeta.parse(meta).queue
                 return
         seen = False
         for start in range(0, MAX_DELIVERY_LOOKUP, 64):
@@ -135,7 +164,7 @@ class StoreControls:
             metas = self.client.hmget(self.keys.meta, ids)
             found = [(job_id, meta) for job_id, meta in zip(ids, metas, strict=True) if meta]
             for job_id, meta in found:
-                yield job_id, decode_id(str(meta).split(" ", 1)[0])
+                yield job_id, JobMeta.parse(meta).queue
             if seen and not found:
                 return
             seen = seen or bool(found)
@@ -152,7 +181,7 @@ class StoreControls:
                 pipe.zrange(qk.ready, 0, batch - 1)
                 pipe.zrange(qk.delayed, 0, batch - 1)
                 ready, delayed = pipe.execute()
-                ids = [str(member).rsplit("|", 1)[-1] for member in ready] + list(delayed)
+                ids = [member_job_id(member) for member in ready] + list(delayed)
                 now = sum(1 for cancelled in self._run_many(
                     "cancel", (([qk], [job_id]) for job_id in ids), batch) if cancelled == 1)
                 taken += now

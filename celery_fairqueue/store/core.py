@@ -8,7 +8,6 @@ Every Redis failure reaches callers as :class:`StoreUnavailableError` (see clien
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import uuid
@@ -23,14 +22,16 @@ from ..limits import AccountLimit
 from ..protocol import event_fields, task_id_of
 from ..settings import FairqueueSettings, settings_for
 from .client import AnyClient, make_client, operation
-from .controls import StoreControls
-from .keys import Keys, QueueKeys, decode_id, encode_id, encode_job_key
+from .controls import StoreControls, paused_accounts
+from .keys import DEFAULT_LIMIT_FIELD, Keys, QueueKeys, decode_id, encode_id, encode_job_key
 from .leases import Lease
 from .lua import load_script
+from .records import Marker, build_dead_record, marker_external_id
 
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "trim_done",
                 "wake", "bury", "emit", "take_dead", "restore_dead", "purge_dead", "give_back",
-                "cancel", "pause", "resume", "run_now", "register_worker", "heartbeat")
+                "cancel", "pause", "resume", "run_now", "register_worker", "heartbeat", "mark",
+                "set_default_limit")
 EVENTS_CHECK_SECONDS = 5.0
 
 
@@ -259,9 +260,8 @@ class FairStore(StoreControls):
              record: dict[str, Any] | None = None) -> None:
         """Keep a failed job as a dead letter with ``reason``; ``record`` (task, account, args,
         error, ...) is kept as JSON, as it is, and read back by DeadLetter."""
-        fields = {k: v for k, v in (record or {}).items() if v is not None}
         self._run("bury", [], [job_id, reason, encode_job_key(job_key),
-                               json.dumps(fields, default=str) if fields else ""])
+                               build_dead_record(record)])
 
     def recording(self) -> bool:
         """Whether a recorder listens (the event stream exists); asked at most every 5 s."""
@@ -280,22 +280,19 @@ class FairStore(StoreControls):
 
     # -- idempotency markers -------------------------------------------------------------------
 
-    def marker(self, job_key: str) -> dict[str, Any] | None:
-        raw = self.client.hget(self.keys.markers, encode_id(job_key))
-        return json.loads(raw) if raw else None
+    def marker(self, job_key: str) -> Marker | None:
+        """The business key's idempotency marker, or None."""
+        return Marker.read(self.client.hget(self.keys.markers, encode_id(job_key)))
 
     def mark_started(self, job_key: str, job_id: str) -> None:
         """Before the side effect: a redelivery that finds only this asks for reconciliation."""
-        self._set_marker(job_key, {"state": "started", "job_id": job_id})
+        self._run("mark", [], [encode_id(job_key), job_id, "started", ""])
 
     def mark_done(self, job_key: str, job_id: str, external_id: str | None = None) -> None:
-        """After the side effect: a redelivery that finds this returns without running."""
-        self._set_marker(job_key, {"state": "done", "job_id": job_id, "external_id": external_id})
-        self.client.zadd(self.keys.done, {encode_id(job_key): self.server_time()}, nx=True)
-
-    def _set_marker(self, job_key: str, marker: dict[str, Any]) -> None:
-        marker["at"] = time.time()
-        self.client.hset(self.keys.markers, encode_id(job_key), json.dumps(marker))
+        """After the side effect: a redelivery that finds this returns without running. One
+        atomic call: the marker and the key's done time together."""
+        self._run("mark", [], [encode_id(job_key), job_id, "done",
+                               marker_external_id(external_id)])
 
     def known_queues(self) -> list[str]:
         return sorted(decode_id(q) for q in self.client.smembers(self.keys.queues))
@@ -315,7 +312,7 @@ class FairStore(StoreControls):
     # -- limits --------------------------------------------------------------------------------
 
     def set_limit(self, account: str, limit: AccountLimit) -> None:
-        """Store an account's limit; it applies from the next claim, paused or not."""
+        """Store an account's limit; it applies from the next claim, deferred or not."""
         encoded = encode_id(account)
         now = self.server_time()
         pipe = self.client.pipeline()
@@ -343,9 +340,14 @@ class FairStore(StoreControls):
         return AccountLimit.from_json(raw) if raw else None
 
     def refresh_windows(self) -> int:
-        """Recompute the window schedules of accounts that have one (they run a week ahead)."""
+        """Recompute the window schedules of accounts that have one, and of the store's default
+        limit (they run a week ahead)."""
         now = self.server_time()
         refreshed = 0
+        default = self.default_limit()
+        if default is not None and default.window:
+            self.client.hset(self.keys.limits, DEFAULT_LIMIT_FIELD, default.pack(now))
+            refreshed += 1
         for account, limit in self.limits():
             if limit.window:
                 self.client.hset(self.keys.limits, encode_id(account), limit.pack(now))
@@ -379,16 +381,18 @@ class FairStore(StoreControls):
         return seconds + micros / 1e6
 
     def counts(self, queue: str) -> dict[str, int]:
-        """Ready, delayed and running job counts and paused accounts of one queue."""
+        """Ready, delayed and running job counts of one queue, its accounts deferred by their
+        limit (rate, window, concurrency cap) and its accounts an operator paused."""
         qk = self.keys.queue(queue)
         pipe = self.client.pipeline(transaction=False)
         pipe.zcard(qk.ready)
         pipe.zcard(qk.delayed)
         pipe.hvals(qk.running)
-        pipe.zcard(qk.paused)
-        ready, delayed, running, paused = pipe.execute()
+        pipe.hlen(qk.deferrals)
+        ready, delayed, running, deferred = pipe.execute()
         return {"ready": ready, "delayed": delayed, "running": sum(int(n) for n in running),
-                "paused_accounts": paused}
+                "deferred_accounts": deferred,
+                "paused_accounts": paused_accounts(self.pauses(), queue)}
 
     def stats(self) -> dict[str, int]:
         return {str(k): int(v) for k, v in self.client.hgetall(self.keys.stats).items()}

@@ -29,7 +29,8 @@ from ..protocol import (
 )
 from ..redaction import redact_arguments
 from .core import FairStore, store_for
-from .keys import decode_id, encode_job_key
+from .keys import encode_job_key
+from .records import DeadRecord
 
 __all__ = ["DeadLetter", "DeadLetterNotFound", "DeadLetters"]
 
@@ -62,32 +63,26 @@ class DeadLetter:
     def from_json(cls, raw: str | bytes) -> DeadLetter:
         """Read a dead letter; fill gaps from the kept message. Letters written before the
         record was kept opaque hold its fields at the top level, and are read too."""
-        data = json.loads(raw)
-        record = data
-        if isinstance(data.get("record"), str) and data["record"]:
-            record = json.loads(data["record"])
-        letter = cls(job_id=data["job_id"], reason=data.get("reason") or
-                     record.get("reason") or "unknown", at=float(data.get("at", 0)),
+        stored = DeadRecord.parse(raw)
+        record = stored.record
+        letter = cls(job_id=stored.job_id, reason=stored.reason or
+                     record.get("reason") or "unknown", at=stored.at,
                      raw=raw if isinstance(raw, str) else raw.decode())
         for name in ("task", "account", "job_key", "queue", "error", "traceback"):
             if isinstance(record.get(name), str):
                 setattr(letter, name, record[name])
-        # the store's copy of the message, or the one a worker kept (a broker message)
-        for holder in (data, record):
-            if isinstance(holder.get("envelope"), str) and not letter.envelope:
-                letter.envelope = holder["envelope"]
+        letter.envelope = stored.envelope
         letter.attempts = int(record.get("attempts") or 0)
         letter.resendable = record.get("replayable", True) is not False
-        letter.deliveries = int(data.get("deliveries") or 0)
+        letter.deliveries = stored.deliveries
         if record.get("first_failure"):
             letter.first_failure = float(record["first_failure"])
         if isinstance(record.get("args"), list):
             letter.args = record["args"]
         if isinstance(record.get("kwargs"), dict):
             letter.kwargs = record["kwargs"]
-        meta = data.get("meta") or ""
-        if meta and letter.queue is None:
-            letter.queue = decode_id(meta.split(" ")[0])
+        if stored.meta is not None and letter.queue is None:
+            letter.queue = stored.meta.queue
         if letter.envelope:
             letter._fill_from_envelope()
         return letter

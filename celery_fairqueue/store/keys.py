@@ -25,9 +25,16 @@ def encode_job_key(job_key: str | None) -> str:
 #: The store's global keys (Keys attributes), in the order a script receives those it touches.
 GLOBAL_KEY_NAMES = ("jobs", "meta", "job_keys", "done", "leases", "owners", "limits", "buckets",
                     "queues", "seq", "deliveries", "stats", "dead", "dead_index", "markers",
-                    "pending", "pauses", "workers", "worker_info", "instance")
-QUEUE_KEY_NAMES = ("ring", "state", "ready", "nready", "paused", "delayed", "running",
-                   "waiting", "started", "ndelayed")
+                    "pending", "pauses", "workers", "worker_info", "instance", "default_limit")
+#: The field of Keys.limits that holds the store's default limit, packed: an encoded account
+#: id never is "*" (encode_id escapes it).
+DEFAULT_LIMIT_FIELD = "*"
+QUEUE_KEY_NAMES = ("ring", "state", "ready", "nready", "deferred", "delayed", "running",
+                   "waiting", "started", "ndelayed", "deferrals")
+#: Key suffixes that differ from their QueueKeys name: the deferred set's key keeps the suffix
+#: it had when "paused" still meant a limit's deferral, so a store upgraded mid-flight keeps
+#: its deferred accounts.
+KEY_SUFFIXES = {"deferred": "paused"}
 MAX_CACHED_QUEUES = 1024  # Keys.queue's made QueueKeys, by queue name
 
 
@@ -36,16 +43,19 @@ class QueueKeys:
     """The keys of one fair queue, in the order the scripts expect them."""
 
     ring: str  # list of accounts with ready jobs, rotated by claim
-    state: str  # hash account -> r (in ring) | p (paused by its limit) | c (at concurrency cap)
-    #             | o (skipped while an operator pauses it; see Keys.pauses)
+    state: str  # hash account -> r (in ring) | p (deferred by its rate or window) | c (deferred
+    #             at its concurrency cap) | o (paused by an operator; see Keys.pauses); the
+    #             codes are states.STATE_CODES
     ready: str  # sorted set, score 0, members "account|seq|job_id": per-account FIFO by lex
     nready: str  # hash account -> number of ready jobs
-    paused: str  # sorted set account -> time its limit lets it run again
+    deferred: str  # sorted set account -> time its limit lets it run again (key suffix
+    #               "paused", see KEY_SUFFIXES)
     delayed: str  # sorted set job_id -> due time (eta, countdown, retry backoff)
     running: str  # hash account -> jobs leased and not settled
     waiting: str  # sorted set job_id -> time it became ready (ready and deferred jobs)
     started: str  # hash job_id -> time its running lease was taken
     ndelayed: str  # hash account -> number of delayed jobs
+    deferrals: str  # hash account -> why the claim deferred it and until when (records.Deferral)
 
     @cached_property
     def keys(self) -> tuple[str, ...]:
@@ -104,8 +114,15 @@ class Keys:
 
     @cached_property
     def limits(self) -> str:
-        """Hash account -> packed limit (see limits.AccountLimit.pack)."""
+        """Hash account -> packed limit (see limits.AccountLimit.pack); field "*" is the
+        store's default limit (DEFAULT_LIMIT_FIELD), which the claim reads."""
         return self._key("limits")
+
+    @cached_property
+    def default_limit(self) -> str:
+        """The store's default limit as configured (JSON): set by the first worker, or by an
+        operator; every worker and the console use it."""
+        return self._key("defaultlimit")
 
     @cached_property
     def limit_config(self) -> str:
@@ -194,7 +211,8 @@ class Keys:
         made = self._queues.get(name)
         if made is None:
             base = f"{self.tag}:q:{encode_id(name)}"
-            made = QueueKeys(*(f"{base}:{part}" for part in QUEUE_KEY_NAMES))
+            made = QueueKeys(*(f"{base}:{KEY_SUFFIXES.get(part, part)}"
+                                for part in QUEUE_KEY_NAMES))
             if len(self._queues) >= MAX_CACHED_QUEUES:  # names from callers: keep it bounded
                 self._queues.clear()
             self._queues[name] = made

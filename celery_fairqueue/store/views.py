@@ -1,4 +1,5 @@
-"""Read-only views of the fair store for operators: queue totals, paused accounts, accounts.
+"""Read-only views of the fair store for operators: queue totals, deferred and paused
+accounts, accounts.
 
 Nothing here writes to Redis, and nothing reads a per-account structure whole: totals come from
 O(1) commands (ZCARD, HLEN), and per-account data from HSCAN with a bound, so asking about a
@@ -8,24 +9,26 @@ store with a million accounts costs the same as asking about one with ten.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 from celery import Celery
 
 from ..envelope import Envelope, MalformedEnvelopeError
 from ..limits import AccountLimit
+from ..states import STATE_CODES, AccountState, DeferReason
 from .console import ConsoleViews, WorkerInfo
-from .controls import OperatorPause
+from .controls import OperatorPause, paused_accounts
 from .core import store_for
 from .keys import QueueKeys, decode_id, encode_id
+from .records import Deferral, meta_account
 
 #: Most hash fields one answer reads from a per-account hash.
 SCAN_LIMIT = 10_000
 
-#: paused: by its limit (rate, window), until its token or window comes; held: by an operator
-AccountState = Literal["ready", "paused", "capped", "held", "idle"]
-_STATES: dict[str | None, AccountState] = {"r": "ready", "p": "paused", "c": "capped",
-                                           "o": "held"}
+
+
+def state_of(code: str | None) -> tuple[AccountState, DeferReason | None]:
+    """An account's state from its code in a queue's state hash (states.STATE_CODES)."""
+    return STATE_CODES.get(code or "", (AccountState.IDLE, None))
 
 
 @dataclass(frozen=True)
@@ -36,28 +39,31 @@ class QueueStatus:
     running: int
     running_exact: bool  # False when more accounts run jobs than SCAN_LIMIT
     accounts_ready: int
-    accounts_paused: int
+    accounts_deferred: int  # deferred by their limit (rate, window, concurrency cap)
     oldest_waiting: float | None = None  # since when its oldest waiting job waits
     workers: int = 0  # live workers that consume it
+    accounts_paused: int = 0  # accounts an operator paused in it (or everywhere)
 
 
 @dataclass(frozen=True)
-class PausedAccount:
+class DeferredAccount:
     queue: str
     account: str
     until: float  # Redis server time at which its limit lets it run again
+    reason: DeferReason | None = None  # as the claim recorded it
 
 
 @dataclass(frozen=True)
 class StoreStatus:
     queues: list[QueueStatus]
-    paused: list[PausedAccount]
+    deferred: list[DeferredAccount]
     dead_letters: int
     leased: int
     counters: dict[str, int]
     server_time: float
     workers: list[WorkerInfo] = field(default_factory=list)  # live workers
     pauses: list[OperatorPause] = field(default_factory=list)  # operators' pauses
+    default_limit: AccountLimit | None = None  # the store's (None: no worker set one yet)
 
     def unconsumed(self) -> list[QueueStatus]:
         """Queues with ready jobs that no live worker consumes."""
@@ -71,8 +77,9 @@ class AccountRow:
     ready: int
     running: int
     state: AccountState
-    paused_until: float | None
+    deferred_until: float | None
     limit: AccountLimit | None  # its own limit; None when the default applies
+    reason: DeferReason | None = None  # why the claim deferred it (state deferred)
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,16 @@ class ScheduledJob:
     due: float  # Redis server time at which it becomes ready
     account: str | None
     task: str | None
+
+
+def deferral_reason(raw: str | bytes | None) -> DeferReason | None:
+    """The reason of a deferral the claim recorded (None: none recorded, or unknown)."""
+    if not raw:
+        return None
+    try:
+        return DeferReason(Deferral.parse(raw).reason)
+    except ValueError:
+        return None
 
 
 def _task_name(envelope: str | None) -> str | None:
@@ -110,10 +127,11 @@ class StoreInspector(ConsoleViews):
     def queues(self, names: list[str] | None = None) -> list[str]:
         return sorted(names) if names else self.store.known_queues()
 
-    def status(self, queues: list[str] | None = None, paused_limit: int = 10) -> StoreStatus:
-        """Totals per queue with their oldest waiting job and live workers, the accounts paused
-        by their limit (soonest to resume first), operators' pauses, DLQ, counters."""
-        rows, paused = [], []
+    def status(self, queues: list[str] | None = None, deferred_limit: int = 10) -> StoreStatus:
+        """Totals per queue with their oldest waiting job and live workers, the accounts
+        deferred by their limit (soonest to run first), operators' pauses, DLQ, counters."""
+        rows, deferred = [], []
+        pauses = self.store.pauses()
         names = self.queues(queues)
         oldest = self.queue_oldest_waiting(names)
         workers = self.workers()
@@ -124,20 +142,24 @@ class StoreInspector(ConsoleViews):
             pipe.zcard(qk.ready)
             pipe.zcard(qk.delayed)
             pipe.hlen(qk.nready)
-            pipe.zcard(qk.paused)
-            pipe.zrange(qk.paused, 0, paused_limit - 1, withscores=True)
-            ready, delayed, accounts_ready, accounts_paused, soonest = pipe.execute()
+            pipe.hlen(qk.deferrals)  # every deferral the claim recorded, capped ones too
+            pipe.zrange(qk.deferred, 0, deferred_limit - 1, withscores=True)
+            ready, delayed, accounts_ready, accounts_deferred, soonest = pipe.execute()
             running, exact = self._sum_fields(qk.running)
             rows.append(QueueStatus(queue, ready, delayed, running, exact, accounts_ready,
-                                    accounts_paused, oldest[queue], consumers.get(queue, 0)))
-            paused += [PausedAccount(queue, decode_id(a), float(t)) for a, t in soonest]
+                                    accounts_deferred, oldest[queue], consumers.get(queue, 0),
+                                    paused_accounts(pauses, queue)))
+            reasons = self.client.hmget(qk.deferrals, [a for a, _ in soonest]) if soonest \
+                else []
+            deferred += [DeferredAccount(queue, decode_id(a), float(t), deferral_reason(r))
+                         for (a, t), r in zip(soonest, reasons, strict=True)]
         pipe = self.client.pipeline(transaction=False)
         pipe.zcard(self.keys.dead_index)
         pipe.zcard(self.keys.leases)
         dead, leased = pipe.execute()
-        return StoreStatus(rows, paused, dead, leased, self.store.stats(),
-                           self.store.server_time(), workers=workers,
-                           pauses=self.store.pauses())
+        return StoreStatus(rows, deferred, dead, leased, self.store.stats(),
+                           self.store.server_time(), workers=workers, pauses=pauses,
+                           default_limit=self.store.default_limit())
 
     def accounts(self, queues: list[str] | None = None, account: str | None = None,
                  limit: int = 50) -> AccountPage:
@@ -166,17 +188,21 @@ class StoreInspector(ConsoleViews):
             pipe.hget(qk.nready, name)
             pipe.hget(qk.running, name)
             pipe.hget(qk.state, name)
-            pipe.zscore(qk.paused, name)
+            pipe.zscore(qk.deferred, name)
             pipe.hget(self.keys.limit_config, name)
+            pipe.hget(qk.deferrals, name)
         answers = pipe.execute()
         rows = []
         for n, name in enumerate(encoded):
-            ready, running, state, until, limit = answers[5 * n:5 * n + 5]
+            ready, running, code, until, limit, deferral = answers[6 * n:6 * n + 6]
+            state, reason = state_of(code)
             rows.append(AccountRow(
                 queue=queue, account=decode_id(name), ready=int(ready or 0),
-                running=int(running or 0), state=_STATES.get(state, "idle"),
-                paused_until=float(until) if until is not None else None,
-                limit=AccountLimit.from_json(limit) if limit else None))
+                running=int(running or 0), state=state,
+                deferred_until=float(until) if until is not None else None,
+                limit=AccountLimit.from_json(limit) if limit else None,
+                reason=(deferral_reason(deferral) or reason)
+                if state is AccountState.DEFERRED else None))
         return rows
 
     def _scan_fields(self, keys: list[str], limit: int) -> tuple[list[str], bool]:
@@ -215,5 +241,5 @@ class StoreInspector(ConsoleViews):
             for (job_id, when), meta, envelope in zip(due, metas, envelopes, strict=True):
                 found.append(ScheduledJob(
                     queue, job_id, float(when),
-                    decode_id(meta.split(" ")[1]) if meta else None, _task_name(envelope)))
+                    meta_account(meta), _task_name(envelope)))
         return sorted(found, key=lambda job: job.due)[:limit]

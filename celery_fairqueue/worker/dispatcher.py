@@ -205,10 +205,23 @@ class FairDispatcher:
         self.claim()
 
     def default_limit(self) -> str:
-        """The packed default limit; its window schedule is recomputed hourly."""
+        """The store's default limit, packed (the claim reads the store's own; this is its
+        fallback). The first worker sets it from its settings; a worker whose settings differ
+        says so once and uses the store's. Asked again hourly (an operator may change it)."""
         now = time.time()
         if now - self._default_limit_at > WINDOW_REFRESH_SECONDS:
-            self._default_limit = self.settings.default_limit.pack(self.store.server_time())
+            configured = self.settings.default_limit
+            stored = self.store.set_default_limit(configured, only_if_unset=True)
+            if stored != configured and not getattr(self, "_default_limit_warned", False):
+                self._default_limit_warned = True
+                logger.warning(
+                    "fairqueue: this worker's default limit (fairqueue_default_rate, "
+                    "fairqueue_default_burst, fairqueue_default_concurrency, "
+                    "fairqueue_default_window, fairqueue_default_tz: %s) differs from the fair "
+                    "store's (%s); using the store's. Change it with `celery -A proj fairqueue "
+                    "limits --default ...` or celery_fairqueue.set_default_limit().",
+                    configured.to_json(), stored.to_json())
+            self._default_limit = stored.pack(self.store.server_time())
             self._default_limit_at = now
         return self._default_limit
 

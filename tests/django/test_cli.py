@@ -67,9 +67,9 @@ def test_celery_status_and_accounts_read_the_store(rel, redis_url):
     status = celery("status", redis_url=redis_url)
     assert status.returncode == 0, status.stderr
     [row] = [line.split() for line in status.stdout.splitlines() if line.startswith("celery ")]
-    # ready, delayed, running, accounts ready and paused, oldest waiting age, live workers
-    assert row[:6] == ["celery", "4", "0", "0", "2", "0"] and row[-1] == "0"
-    assert re.fullmatch(r"\d+s", row[6])
+    # ready, delayed, running, accounts ready, deferred and paused, oldest waiting age, workers
+    assert row[:7] == ["celery", "4", "0", "0", "2", "0", "0"] and row[-1] == "0"
+    assert re.fullmatch(r"\d+s", row[7])
     assert "Dead letters: 1" in status.stdout
     assert "enqueued" in status.stdout
 
@@ -313,3 +313,31 @@ def test_manage_pause_cancel_and_run_now_need_a_user_with_the_permission(rel):
     assert f"cancelled {job.id}" in manage("cancel", job.id, "--user", "root")
     with pytest.raises(CommandError, match="1 jobs were not cancelled"):
         manage("cancel", job.id, "--user", "root")
+
+
+def test_status_counts_an_operator_pause_as_paused_not_deferred(rel, redis_url):
+    rel.send_message.delay("acme", 1)
+    celery_fairqueue.pause(rel.app, "acme", by="alice", reason="billing")
+    status = celery("status", redis_url=redis_url)
+    assert status.returncode == 0, status.stderr
+    header = status.stdout.splitlines()[2]
+    assert "ACCOUNTS DEFERRED" in header and "ACCOUNTS PAUSED" in header
+    [row] = [line.split() for line in status.stdout.splitlines() if line.startswith("celery ")]
+    assert row[4:7] == ["1", "0", "1"]  # accounts ready, deferred by a limit, paused
+    accounts = celery("accounts", redis_url=redis_url)
+    assert "held" not in accounts.stdout
+
+
+def test_limits_default_sets_the_stores_default_limit_and_status_reports_it(rel, redis_url):
+    shown = celery("limits", redis_url=redis_url)
+    assert shown.returncode == 0, shown.stderr
+    assert "Default limit: none stored yet" in shown.stdout
+    changed = celery("limits", "--default", "--rate", "10/s", "--concurrency", "2",
+                     redis_url=redis_url)
+    assert changed.returncode == 0, changed.stderr
+    assert "Default limit: 10/s, 2 at once" in changed.stdout
+    assert celery_fairqueue.get_default_limit(rel.app) == celery_fairqueue.AccountLimit(
+        rate="10/s", concurrency=2)
+    assert "Default limit: 10/s, 2 at once" in celery("status", redis_url=redis_url).stdout
+    refused = celery("limits", "--rate", "5/s", redis_url=redis_url)
+    assert refused.returncode != 0 and "--default" in refused.stderr

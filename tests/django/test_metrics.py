@@ -45,6 +45,7 @@ def test_gauges_and_counters_come_from_the_store(fair):
     assert metrics[("fairqueue_delayed_jobs", "celery")] == 1
     assert metrics[("fairqueue_ready_jobs", "critical")] == 1
     assert metrics[("fairqueue_running_jobs", "celery")] == 0
+    assert metrics[("fairqueue_deferred_accounts", "celery")] == 0
     assert metrics[("fairqueue_paused_accounts", "celery")] == 0
     assert metrics[("fairqueue_enqueued_total",)] == 5
     assert metrics[("fairqueue_dead_total",)] == 1

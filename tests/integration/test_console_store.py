@@ -56,7 +56,8 @@ def test_paused_account_keeps_its_jobs_ready_and_others_run(store):
     pause = store.pause("paused", "default", by="alice", reason="customer asked")
     assert drain(store) == ["other"] * 3
     counts = store.counts("default")
-    assert counts["ready"] == 3 and counts["paused_accounts"] == 0
+    assert counts["ready"] == 3 and counts["deferred_accounts"] == 0
+    assert counts["paused_accounts"] == 1  # paused by an operator, not deferred
     assert store.stats().get("deferred", 0) == 0
     assert store.client.hgetall(store.keys.deliveries) == {}  # no attempt charged
     assert (pause.by, pause.reason, pause.account, pause.queue) == (
@@ -339,12 +340,12 @@ def test_a_waiting_entry_whose_job_is_gone_does_not_age_the_queue(store):
     assert inspector.queue_oldest_waiting()["default"] == since
 
 
-def test_the_accounts_listing_shows_an_operator_pause_as_held(store):
+def test_the_accounts_listing_shows_an_operator_pause_as_paused(store):
     put(store, "acme", 1)
     store.pause("acme")
     claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT)
     [row] = Inspector(store).accounts().rows
-    assert (row.account, row.state, row.ready) == ("acme", "held", 1)
+    assert (row.account, row.state, row.ready) == ("acme", "paused", 1)
 
 
 def test_an_expired_job_dropped_at_claim_leaves_the_console_views(store):
@@ -372,3 +373,33 @@ def test_hostile_queue_names_pause_and_resume_through_the_encoding(store, queue)
     assert drain(store, (queue,)) == []  # the account's own pause there still holds it
     assert store.resume("acme", queue) is True
     assert drain(store, (queue,)) == ["acme"]
+
+
+def test_the_claim_records_why_it_deferred_an_account_and_clears_it_when_it_runs(store):
+    """The reason and until when are written where the claim decides them (claim.lua) and the
+    console reads them; the record goes when the account runs again."""
+    from celery_fairqueue.store.records import Deferral
+    live(store)
+    store.set_limit("acme", AccountLimit(rate="1/s", burst=1))
+    for n in range(2):
+        put(store, "acme", n)
+    assert drain(store) == ["acme"]
+    deferrals = store.keys.queue("default").deferrals
+    record = Deferral.parse(store.client.hget(deferrals, "acme"))
+    assert record.reason == "rate_limited" and record.until is not None
+    state = state_of(store, "acme")
+    assert (state.reason, state.until) == ("rate_limited", record.until)
+    [row] = Inspector(store).accounts().rows
+    assert (row.state, row.reason, row.deferred_until) == ("deferred", "rate_limited",
+                                                           record.until)
+    assert wait_until(lambda: drain(store) == ["acme"], timeout=5)
+    assert store.client.hget(deferrals, "acme") is None  # it ran: no longer deferred
+    store.set_limit("acme", AccountLimit(concurrency=1))
+    put(store, "acme", 3)
+    put(store, "acme", 4)
+    assert claimed_accounts(store) == ["acme"]
+    assert Deferral.parse(store.client.hget(deferrals, "acme")) == Deferral(
+        "concurrency_cap", None)
+    status = Inspector(store).status()
+    assert status.queues[0].accounts_deferred == 1  # capped: deferred until a job ends
+    assert store.counts("default")["deferred_accounts"] == 1

@@ -170,7 +170,7 @@ def test_purging_an_old_dead_letter_keeps_the_marker_of_a_newer_job_with_its_key
     fair_store.bury("old:2", "gave up", "key-1", record={"task": "t", "job_key": "key-1"})
     fair_store.mark_started("key-1", "new:0")  # a replay of the key is running right now
     assert dlq.purge(["old:2"]) == 1
-    assert fair_store.marker("key-1")["job_id"] == "new:0"
+    assert fair_store.marker("key-1").job_id == "new:0"
     fair_store.bury("new:0", "gave up", "key-1", record={"task": "t", "job_key": "key-1"})
     assert dlq.purge(["new:0"]) == 1  # its own marker goes with it
     assert fair_store.marker("key-1") is None

@@ -166,7 +166,7 @@ def test_sigkill_before_the_done_marker_is_reconciled_not_rerun(
     assert ledger.counts() == {"acme:11": 1}
     marker = store_for(rel.app).marker(rel.send_reconciled.business_key("acme",
                                                                         ("acme", 11), {}))
-    assert marker["state"] == "done" and marker["external_id"] == "ext-11"
+    assert marker.state == "done" and marker.external_id == "ext-11"
 
 
 def test_duplicate_delivery_of_a_done_job_does_not_run_it_again(

@@ -90,7 +90,7 @@ def test_a_fair_task_acked_before_it_runs_still_marks_its_key_done(fair, celery_
     celery_worker_factory(APP)
     assert result.get(timeout=20) == 7
     key = fair.acked_early.business_key("acme", ("acme", 7), {})
-    assert wait_until(lambda: (fair_store.marker(key) or {}).get("state") == "done", timeout=10)
+    assert wait_until(lambda: getattr(fair_store.marker(key), "state", None) == "done", timeout=10)
 
 
 def test_a_claim_with_nothing_due_reads_each_sets_head_once_and_promotes_nothing(

@@ -73,7 +73,7 @@ def test_rate_limited_account_is_deferred_not_failed_and_others_go_on(store):
     assert first.count("fast") == 5
     assert store.stats()["deferred"] >= 1
     counts = store.counts("default")
-    assert counts["ready"] == 4 and counts["paused_accounts"] == 1
+    assert counts["ready"] == 4 and counts["deferred_accounts"] == 1
     time.sleep(0.6)  # about one more token
     assert drain(store) == ["slow"]
 
@@ -110,7 +110,7 @@ def test_window_closed_defers_until_it_opens(store):
     put(store, "office", 1)
     put(store, "anytime", 1)
     assert drain(store) == ["anytime"]
-    wake = store.client.zscore(store.keys.queue("default").paused, "office")
+    wake = store.client.zscore(store.keys.queue("default").deferred, "office")
     assert wake == pytest.approx(now + 3 * 3600, abs=60)
 
 

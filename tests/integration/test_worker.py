@@ -207,7 +207,7 @@ def test_revoked_job_does_not_run_and_settles(fair, celery_worker_factory, ledge
     assert ledger.counts() == {}
     assert fair_store.client.zcard(fair_store.keys.leases) == 0
     assert fair_store.counts("celery") == {"ready": 0, "delayed": 0, "running": 0,
-                                      "paused_accounts": 0}
+                                      "deferred_accounts": 0, "paused_accounts": 0}
 
 
 def test_every_transition_reaches_the_event_stream_once_a_recorder_listens(

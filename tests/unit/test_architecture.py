@@ -94,3 +94,40 @@ def test_lua_and_python_write_the_same_event_vocabulary():
             assert set(fields) <= names, (script.name, call)
             if fields and fields[0] == "e":
                 assert values[0] in types, (script.name, call)
+
+
+#: Separators of the stored string formats (records.py); splitting on one is parsing a record.
+RECORD_SEPARATORS = {" ", "|"}
+
+
+def test_only_the_codec_splits_a_stored_string():
+    """records.py is the one codec of what the store holds: no other module takes a stored
+    string apart on its separators (meta, ready members, buckets, worker entries)."""
+    offenders = []
+    for name, path in modules().items():
+        if name == "celery_fairqueue.store.records":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in {"split", "rsplit", "partition", "rpartition"}
+                    and node.args and isinstance(node.args[0], ast.Constant)
+                    and node.args[0].value in RECORD_SEPARATORS):
+                offenders.append(f"{name}:{node.lineno}")
+    assert offenders == []
+
+
+def test_the_lua_side_reads_each_stored_format_in_one_helper():
+    """Only _lib.lua's helpers take apart a meta, a ready member or a bucket, and only
+    write_marker writes a marker."""
+    scripts = PACKAGE / "store" / "scripts"
+    for script in scripts.glob("*.lua"):
+        text = script.read_text()
+        if script.name != "_lib.lua":
+            assert "[^|]" not in text, script.name
+            assert "'|'" not in text, script.name
+            assert "K_BUCKETS, account" not in text.replace("HDEL', K_BUCKETS", ""), script.name
+            assert "HSET', K_MARKERS" not in text, script.name
+            assert "HSET', K_META" not in text or "make_meta(" in text, script.name
+    lib = (scripts / "_lib.lua").read_text()
+    assert lib.count("HSET', K_MARKERS") == 1
+    assert lib.count("[^|]") == 2  # split_member's one pattern

@@ -17,6 +17,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from ...reports import limit_text
+from ...states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, ACCOUNTS_READY, Reason
 from ...store import QueueState
 from ...tables import duration
 from . import console, overview
@@ -34,8 +35,19 @@ from .live import account_live, store_live, unserved_queues
 
 PAGE_SIZE = 50  # each account on the page costs a read of the store
 REFRESH_SECONDS = 5
-REASON_ORDER = ("paused", "no_worker", "window_closed", "rate_limited", "concurrency_cap",
-                "runnable", "no_ready_jobs")
+REASON_ORDER = (Reason.PAUSED, Reason.NO_WORKER, Reason.WINDOW_CLOSED, Reason.RATE_LIMITED,
+                Reason.CONCURRENCY_CAP, Reason.RUNNABLE, Reason.NO_READY_JOBS)
+#: The overview's column heads: the words of states.py, as the CLI's status uses them.
+LABELS = {"accounts_ready": ACCOUNTS_READY, "accounts_deferred": ACCOUNTS_DEFERRED,
+          "accounts_paused": ACCOUNTS_PAUSED}
+
+
+def reason_label(reason: str) -> str:
+    """A reason in words (states.Reason's label); an unknown one as it is."""
+    try:
+        return Reason(reason).label
+    except ValueError:
+        return reason
 
 
 def _changelist(name: str, **filters: str) -> str:
@@ -71,6 +83,7 @@ def _queue_row(queue: str, state: QueueState | None, recorded: dict[str, Any],
     return {
         "queue": queue, "state": state,
         "reason": state.reason if state else "unknown",
+        "label": reason_label(state.reason) if state else "unknown",
         "reason_text": state.reason_text if state else (
             "the fair store cannot be read" if unreachable else "not in the fair store now"),
         "until": until_words(state.until, server_time) if state else "",
@@ -108,7 +121,7 @@ def account_view(request: HttpRequest, account: str, context: dict[str, Any]) ->
         "title": f"Account {account}",
         "account": account,
         "rows": rows,
-        "paused": any(s.reason == "paused" for s in live.states),
+        "paused": any(s.reason == Reason.PAUSED for s in live.states),
         "own_limit": limit,
         "live_error": live.error,
         "live_jobs": live_jobs,
@@ -126,7 +139,8 @@ def reason_of(states: list[QueueState]) -> list[dict[str, str]]:
     """The account's queues, most telling reason first."""
     ordered = sorted(states, key=lambda s: (REASON_ORDER.index(s.reason)
                                             if s.reason in REASON_ORDER else 0, s.queue))
-    return [{"queue": s.queue, "reason": s.reason, "text": s.reason_text} for s in ordered]
+    return [{"queue": s.queue, "reason": s.reason, "label": reason_label(s.reason),
+             "text": s.reason_text} for s in ordered]
 
 
 def overview_view(request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
@@ -170,6 +184,7 @@ def overview_view(request: HttpRequest, context: dict[str, Any]) -> HttpResponse
         **context,
         "title": "Accounts",
         "query": query,
+        "labels": LABELS,
         "sort": sort,
         "rows": rows,
         "page": page,

@@ -53,7 +53,7 @@ def store_live(app: Celery, accounts: list[str]) -> StoreLive:
         inspector = StoreInspector(app)
         live.server_time = inspector.server_time()
         names = inspector.queues()
-        live.queues = inspector.status(names, paused_limit=1).queues
+        live.queues = inspector.status(names, deferred_limit=1).queues
         live.oldest = inspector.queue_oldest_waiting(names)
         live.workers = inspector.workers()
         for account in accounts:

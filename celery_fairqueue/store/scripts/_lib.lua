@@ -2,13 +2,13 @@
 -- after a prologue that binds the K_* names of the global keys (keys.GLOBAL_KEY_NAMES) the
 -- script touches, itself or through these helpers, and NGLOBAL, their number.
 --
--- KEYS (every script): those global keys, then 10 keys per fair queue in the order of
--- keys.QUEUE_KEY_NAMES: ring, state, ready, nready, paused, delayed, running, waiting, started,
--- ndelayed; then, for a script that emits events, the event stream (K_EVENTS).
+-- KEYS (every script): those global keys, then 11 keys per fair queue in the order of
+-- keys.QUEUE_KEY_NAMES: ring, state, ready, nready, deferred, delayed, running, waiting, started,
+-- ndelayed, deferrals; then, for a script that emits events, the event stream (K_EVENTS).
 -- Account ids and queue names arrive percent-encoded (no spaces, no "|", no braces).
 -- All times are Redis server time, so workers with skewed clocks agree on leases and buckets.
 
-local NQKEYS = 10
+local NQKEYS = 11
 local EVENTS_MAXLEN = 1000000
 
 -- Redis's clock, read once per script run; now_text() is it as a script argument (a Lua number
@@ -48,17 +48,56 @@ end
 local function queue_keys(i)
   local b = NGLOBAL + (i - 1) * NQKEYS
   return {ring = KEYS[b + 1], state = KEYS[b + 2], ready = KEYS[b + 3], nready = KEYS[b + 4],
-          paused = KEYS[b + 5], delayed = KEYS[b + 6], running = KEYS[b + 7],
+          deferred = KEYS[b + 5], delayed = KEYS[b + 6], running = KEYS[b + 7],
           waiting = KEYS[b + 8], started = KEYS[b + 9], ndelayed = KEYS[b + 10],
+          deferrals = KEYS[b + 11],
           name = string.match(KEYS[b + 1], ':q:([^:]+):ring$'),
           wake = (string.gsub(KEYS[b + 1], 'ring$', 'wake'))}
 end
 
+-- The stored formats, each read and built by one helper here (records.py is their Python
+-- codec; keep the two in step).
+
 -- meta is "queue account seq job_key" (job_key "-" when the job has none), then " expires"
--- (epoch seconds) for a job sent with Celery's ``expires``
+-- (epoch seconds) for a job sent with Celery's ``expires`` (records.JobMeta)
 local function split_meta(meta)
   local queue, account, seq, job_key, expires = string.match(meta, '^(%S+) (%S+) (%S+) (%S+) ?(%S*)$')
   return queue, account, seq, job_key, tonumber(expires)
+end
+
+-- ``expires`` is the text of the epoch seconds, or '' for none.
+local function make_meta(queue, account, seq, job_key, expires)
+  return queue .. ' ' .. account .. ' ' .. seq .. ' ' .. job_key ..
+         (expires ~= '' and (' ' .. expires) or '')
+end
+
+-- A ready member is "account|seq|job_id" (records.ReadyMember): lex order gives each account a
+-- FIFO range; the job id is last and may hold "|" itself.
+local function ready_member(account, seq, job_id)
+  return account .. '|' .. seq .. '|' .. job_id
+end
+
+-- The ZRANGEBYLEX bounds of one account's members ("}" sorts right after "|").
+local function member_range(account)
+  return '[' .. account .. '|', '(' .. account .. '}'
+end
+
+local function split_member(member)
+  return string.match(member, '^([^|]*)|([^|]*)|(.*)$')
+end
+
+-- An account's token bucket is "tokens updated_at" (records.Bucket); nil, nil when it has none.
+local function read_bucket(account)
+  local bucket = redis.call('HGET', K_BUCKETS, account)
+  if not bucket then
+    return nil, nil
+  end
+  local tokens, updated = string.match(bucket, '^(%S+) (%S+)$')
+  return tonumber(tokens), tonumber(updated)
+end
+
+local function write_bucket(account, tokens, updated)
+  redis.call('HSET', K_BUCKETS, account, string.format('%.17g %.17g', tokens, updated))
 end
 
 local function hget_number(key, field)
@@ -74,8 +113,9 @@ local function join_ring(qk, account, front)
 end
 
 -- Back into the rotation if it has ready jobs, else out of the queue's state entirely. An account
--- whose pause ended goes to the front: it waited for its token, and a later turn would waste it.
+-- whose deferral ended goes to the front: it waited for its token, and a later turn would waste it.
 local function rotate_in_or_forget(qk, account, front)
+  redis.call('HDEL', qk.deferrals, account)
   if hget_number(qk.nready, account) > 0 then
     redis.call('HSET', qk.state, account, 'r')
     join_ring(qk, account, front)
@@ -91,10 +131,10 @@ local function hincr_or_drop(key, field, by)
 end
 
 -- A job joins its account's FIFO (ordered by seq); the account joins the rotation unless it is
--- already there, paused by a limit or an operator, or at its concurrency cap. ``since`` (default
--- now) is when it became ready, kept in waiting for the oldest waiting age.
+-- already there, deferred by its limit (or at its concurrency cap) or paused by an operator.
+-- ``since`` (default now) is when it became ready, kept in waiting for the oldest waiting age.
 local function make_ready(qk, account, seq, job_id, since)
-  redis.call('ZADD', qk.ready, 0, account .. '|' .. seq .. '|' .. job_id)
+  redis.call('ZADD', qk.ready, 0, ready_member(account, seq, job_id))
   redis.call('HINCRBY', qk.nready, account, 1)
   redis.call('ZADD', qk.waiting, 'NX', since or now_text(), job_id)
   if not redis.call('HGET', qk.state, account) then
@@ -133,7 +173,7 @@ local function take_delayed(qk, account, job_id)
   return true
 end
 
--- The operator pause that holds the account in this queue (see keys.Keys.pauses), or false.
+-- The operator pause of the account in this queue (see keys.Keys.pauses), or false.
 -- While no pause exists at all (the usual case) one HLEN per script answers for every account.
 local any_pause = nil
 local function operator_paused(qk, account)
@@ -185,10 +225,13 @@ local function read_marker(job_key)
   return raw, (ok and type(marker) == 'table') and marker or nil
 end
 
--- Write a key's marker, as task.py reads it (JSON: state, job_id, at).
-local function write_marker(job_key, state, job_id)
+-- Write a key's marker (records.Marker), the one writer of markers: JSON state, job_id, at, and
+-- external_id when ``external`` (a JSON string literal made by records.marker_external_id, so
+-- Python's own escapes survive byte for byte) is given.
+local function write_marker(job_key, state, job_id, external)
+  local tail = (external and external ~= '') and (',"external_id":' .. external) or ''
   redis.call('HSET', K_MARKERS, job_key, '{"state":"' .. state .. '","job_id":' ..
-             cjson.encode(job_id) .. ',"at":' .. now_text() .. '}')
+             cjson.encode(job_id) .. ',"at":' .. now_text() .. tail .. '}')
 end
 
 -- The claim hands a job with a business key to a worker: unless the key is done already, its

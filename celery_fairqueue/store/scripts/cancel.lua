@@ -1,4 +1,4 @@
--- cancel: take a job that waits in the store (ready, deferred behind its paused account, or
+-- cancel: take a job that waits in the store (ready, deferred with its account, or
 -- delayed) out of it for good, as a revoke does; a leased (running) job is left to Celery's
 -- revoke in its worker.
 -- KEYS: global keys, then the keys of the job's queue.
@@ -15,7 +15,7 @@ end
 local _, account, seq, job_key = split_meta(meta)
 local qk = queue_keys(1)
 if not take_delayed(qk, account, job_id) and
-    redis.call('ZREM', qk.ready, account .. '|' .. seq .. '|' .. job_id) == 1 then
+    redis.call('ZREM', qk.ready, ready_member(account, seq, job_id)) == 1 then
   -- the rotation drops the account by itself once it finds nothing ready (see claim)
   if redis.call('HINCRBY', qk.nready, account, -1) <= 0 then
     redis.call('HDEL', qk.nready, account)

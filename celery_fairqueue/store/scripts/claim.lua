@@ -2,13 +2,14 @@
 -- rotation, skipping accounts over a limit. One call per turn of the worker: its acks ride along.
 -- KEYS: global keys, then the keys of each queue the worker consumes, then of the queues only
 --       its acks are from (a queue it stopped consuming).
--- ARGV: [1] jobs wanted, [2] lease seconds, [3] owner token, [4] default limit (packed),
+-- ARGV: [1] jobs wanted, [2] lease seconds, [3] owner token, [4] the default limit (packed) to
+--       use only while the store holds none (it holds one once a worker ran: limits field "*"),
 --       [5] promotion batch, [6] most accounts skipped in one call, [7] most deliveries before
 --       a job is dead-lettered as poison, [8] index of the queue to start with (1-based),
 --       [9] how many of the queues to claim from, [10] n acks, then n times: queue index,
 --       job_id, account (encoded), business key as stored ("-": none), "1" if it succeeded
 --       (see ack_job in _lib.lua).
--- Returns a flat list: seconds until the next paused account or delayed job is due (-1: none),
+-- Returns a flat list: seconds until the next deferred account or delayed job is due (-1: none),
 -- the list of acked job ids whose lease was lost, then per job: queue index, job_id, envelope,
 -- deliveries, account, business key as stored, and its idempotency marker as it was before
 -- this claim wrote the started one ('' when none). A job whose Celery ``expires`` has passed
@@ -16,7 +17,9 @@
 -- no token), and listed the same way with its queue index negated, for the worker to record as
 -- revoked.
 -- Cost: O(log n) per job or skipped account (ring pops, hash fields, one lex range); no scans.
-local want, lease, token, default_limit = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local want, lease, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+-- the store's one default limit (set_default_limit.lua), not this worker's own setting
+local default_limit = redis.call('HGET', K_LIMITS, '*') or ARGV[4]
 local batch, max_skips, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local nq = tonumber(ARGV[9])
 local now = now_seconds()
@@ -62,26 +65,26 @@ local function promote_delayed(qk)
   end
 end
 
-local function promote_paused(qk)
-  for _, account in ipairs(redis.call('ZRANGEBYSCORE', qk.paused, '-inf', now, 'LIMIT', 0, batch)) do
-    redis.call('ZREM', qk.paused, account)
+local function promote_deferred(qk)
+  for _, account in ipairs(redis.call('ZRANGEBYSCORE', qk.deferred, '-inf', now, 'LIMIT', 0, batch)) do
+    redis.call('ZREM', qk.deferred, account)
     rotate_in_or_forget(qk, account, true)
     emit('e', 'account_ready', 'q', qk.name, 'a', account, 'at', now)
   end
 end
 
--- Due delayed jobs become ready; accounts whose pause is over rejoin the rotation. Each set's
+-- Due delayed jobs become ready; accounts whose deferral is over rejoin the rotation. Each set's
 -- head is read first (usually it is not due: nothing to promote) and kept on qk as the next due
--- time the claim returns; a pause the claim itself makes lowers it (see pause).
+-- time the claim returns; a deferral the claim itself makes lowers it (see defer).
 local function promote(qk)
-  qk.next_delayed, qk.next_paused = first_due(qk.delayed), first_due(qk.paused)
+  qk.next_delayed, qk.next_deferred = first_due(qk.delayed), first_due(qk.deferred)
   if qk.next_delayed and qk.next_delayed <= now then
     promote_delayed(qk)
     qk.next_delayed = first_due(qk.delayed)
   end
-  if qk.next_paused and qk.next_paused <= now then
-    promote_paused(qk)
-    qk.next_paused = first_due(qk.paused)
+  if qk.next_deferred and qk.next_deferred <= now then
+    promote_deferred(qk)
+    qk.next_deferred = first_due(qk.deferred)
   end
 end
 
@@ -105,12 +108,8 @@ end
 -- nil when a token was taken, else when the next token will be there.
 local function take_token(account, rate, burst)
   if rate <= 0 then return nil end
-  local tokens, updated = burst, now
-  local bucket = redis.call('HGET', K_BUCKETS, account)
-  if bucket then
-    local t, u = string.match(bucket, '^(%S+) (%S+)$')
-    tokens, updated = tonumber(t), tonumber(u)
-  end
+  local tokens, updated = read_bucket(account)
+  tokens, updated = tokens or burst, updated or now
   tokens = math.min(burst, tokens + math.max(0, now - updated) * rate)
   local wake = nil
   if tokens < 1 then
@@ -118,22 +117,33 @@ local function take_token(account, rate, burst)
   else
     tokens = tokens - 1
   end
-  redis.call('HSET', K_BUCKETS, account, string.format('%.17g %.17g', tokens, now))
+  write_bucket(account, tokens, now)
   return wake
 end
 
-local function pause(qk, account, wake, waiting)
+-- The claim skips the account: the one place that decides why (DeferReason: rate_limited,
+-- window_closed, concurrency_cap) and until when ('-': until a job of it ends), and records it
+-- (records.Deferral) for the console and the CLI; cleared when the account rotates in again.
+local function record_deferral(qk, account, reason, due)
+  redis.call('HSET', qk.deferrals, account,
+             reason .. ' ' .. (due and string.format('%.6f', due) or '-'))
+end
+
+local function defer(qk, account, reason, wake, waiting)
+  record_deferral(qk, account, reason, wake)
   redis.call('HSET', qk.state, account, 'p')
-  redis.call('ZADD', qk.paused, wake, account)
-  qk.next_paused = math.min(qk.next_paused or wake, wake)
+  redis.call('ZADD', qk.deferred, wake, account)
+  qk.next_deferred = math.min(qk.next_deferred or wake, wake)
   redis.call('HINCRBY', K_STATS, 'deferred', waiting)
   emit('e', 'account_deferred', 'q', qk.name, 'a', account, 'at', now, 'due', wake)
 end
 
 -- The account's head job leaves ready; the account goes on in the rotation if it has more.
 local function take_head(qk, account, head, waiting)
+  local job_id = select(3, split_member(head))
+  redis.call('HDEL', qk.deferrals, account)  -- it runs: no longer deferred
   redis.call('ZREM', qk.ready, head)
-  redis.call('ZREM', qk.waiting, string.match(head, '^[^|]*|[^|]*|(.*)$'))
+  redis.call('ZREM', qk.waiting, job_id)
   if waiting > 1 then
     redis.call('HSET', qk.nready, account, waiting - 1)
     redis.call('RPUSH', qk.ring, account)
@@ -141,7 +151,7 @@ local function take_head(qk, account, head, waiting)
     redis.call('HDEL', qk.nready, account)
     redis.call('HDEL', qk.state, account)
   end
-  return string.match(head, '^[^|]*|[^|]*|(.*)$')
+  return job_id
 end
 
 -- The head job's ``expires`` has passed: out of the store; returns its job_id and envelope.
@@ -162,14 +172,15 @@ end
 -- key, marker or nil; or job_id, envelope, 'expired' for an expired job it dropped.
 local function claim_from(qk, account)
   local waiting = hget_number(qk.nready, account)
-  local head = redis.call('ZRANGEBYLEX', qk.ready, '[' .. account .. '|', '(' .. account .. '}',
-                          'LIMIT', 0, 1)[1]
+  local low, high = member_range(account)
+  local head = redis.call('ZRANGEBYLEX', qk.ready, low, high, 'LIMIT', 0, 1)[1]
   if waiting <= 0 or not head then
     redis.call('HDEL', qk.nready, account)
     redis.call('HDEL', qk.state, account)
+    redis.call('HDEL', qk.deferrals, account)
     return nil
   end
-  local meta = redis.call('HGET', K_META, string.match(head, '^[^|]*|[^|]*|(.*)$'))
+  local meta = redis.call('HGET', K_META, select(3, split_member(head)))
   local _, _, _, job_key, expires = split_meta(meta or '')
   local expired_id, expired_envelope = drop_expired(qk, account, head, waiting, job_key, expires)
   if expired_id then
@@ -178,22 +189,24 @@ local function claim_from(qk, account)
   -- an operator's pause: out of the rotation, its jobs stay ready until resume.lua
   if operator_paused(qk, account) then
     redis.call('HSET', qk.state, account, 'o')
+    redis.call('HDEL', qk.deferrals, account)
     return nil
   end
   local rate, burst, cap, windows = parse_limit(redis.call('HGET', K_LIMITS, account) or default_limit)
   local wake = window_wake(windows)
   if wake then
-    pause(qk, account, wake, waiting)
+    defer(qk, account, 'window_closed', wake, waiting)
     return nil
   end
   if cap > 0 and hget_number(qk.running, account) >= cap then
     redis.call('HSET', qk.state, account, 'c')
+    record_deferral(qk, account, 'concurrency_cap', nil)
     redis.call('HINCRBY', K_STATS, 'capped', 1)
     return nil
   end
   wake = take_token(account, rate, burst)
   if wake then
-    pause(qk, account, wake, waiting)
+    defer(qk, account, 'rate_limited', wake, waiting)
     return nil
   end
 
@@ -254,10 +267,10 @@ end
 if claimed > 0 then
   redis.call('HINCRBY', K_STATS, 'claimed', claimed)
 end
--- tell the worker when to ask again, so a paused account runs the moment its token is there
+-- tell the worker when to ask again, so a deferred account runs the moment its token is there
 local next_due = nil
 for n = 1, nq do
-  for _, due in pairs({queues[n].next_paused, queues[n].next_delayed}) do
+  for _, due in pairs({queues[n].next_deferred, queues[n].next_delayed}) do
     next_due = math.min(next_due or due, due)
   end
 end

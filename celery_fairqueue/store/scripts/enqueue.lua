@@ -66,8 +66,7 @@ end
 
 local seq = ARGV[14] .. string.format('%015d', redis.call('INCR', K_SEQ))
 redis.call('HSET', K_JOBS, job_id, envelope)
-local expires = ARGV[15] ~= '' and (' ' .. ARGV[15]) or ''
-redis.call('HSET', K_META, job_id, queue .. ' ' .. account .. ' ' .. seq .. ' ' .. job_key .. expires)
+redis.call('HSET', K_META, job_id, make_meta(queue, account, seq, job_key, ARGV[15]))
 redis.call('SADD', K_QUEUES, queue)
 redis.call('HINCRBY', K_STATS, 'enqueued', 1)
 emit('e', 'enqueued', 'job', job_id, 'q', queue, 'a', account, 'k', job_key, 't', ARGV[9],

@@ -16,11 +16,9 @@ for i = 2, n + 1 do
     purged = purged + 1
   end
   redis.call('ZREM', K_DEADINDEX, job_id)
-  local marker = job_key ~= '-' and redis.call('HGET', K_MARKERS, job_key)
+  local marker = job_key ~= '-' and select(2, read_marker(job_key))
   if marker then
-    local ok, decoded = pcall(cjson.decode, marker)
-    if ok and type(decoded) == 'table' and type(decoded.job_id) == 'string' and
-        task_of(decoded.job_id) == task_of(job_id) then
+    if type(marker.job_id) == 'string' and task_of(marker.job_id) == task_of(job_id) then
       redis.call('HDEL', K_MARKERS, job_key)
     end
   end

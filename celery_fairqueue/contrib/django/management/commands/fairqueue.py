@@ -17,11 +17,13 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.core.management.base import BaseCommand, CommandError
 
+from celery_fairqueue.contrib.django.actions import LIMIT_PERMISSION
 from celery_fairqueue.contrib.django.conf import celery_app
 from celery_fairqueue.contrib.django.overview import account_overview
 from celery_fairqueue.contrib.django.views import purge_dead_letters, replay_dead_letters, require
-from celery_fairqueue.errors import DeadLetterNotFound, StoreUnavailableError
+from celery_fairqueue.errors import DeadLetterNotFound, InvalidLimitError, StoreUnavailableError
 from celery_fairqueue.install import pause, resume
+from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.reports import (
     BatchOutcome,
     PurgeSelectionError,
@@ -29,6 +31,7 @@ from celery_fairqueue.reports import (
     cancel_each,
     dead_letter_report,
     dead_letters_report,
+    default_limit_text,
     failure_lines,
     jobs_report,
     pause_report,
@@ -39,7 +42,7 @@ from celery_fairqueue.reports import (
     status_report,
     workers_report,
 )
-from celery_fairqueue.store import DeadLetters, StoreInspector
+from celery_fairqueue.store import DeadLetters, StoreInspector, store_for
 from celery_fairqueue.tables import duration, render
 
 USER_HELP = ("Act as this user, who must hold the permission {perm} (as in the admin); the "
@@ -61,8 +64,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: ArgumentParser) -> None:
         commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
         status = commands.add_parser(
-            "status", help="Jobs, oldest waiting age and live workers per queue, paused "
-                           "accounts and queues, DLQ size, counters.")
+            "status", help="Jobs, oldest waiting age and live workers per queue, accounts "
+                           "deferred by their limit, accounts and queues paused by an "
+                           "operator, DLQ size, counters.")
         status.add_argument("-Q", "--queues", help="Comma-separated fair queues to show.")
 
         accounts = commands.add_parser(
@@ -104,6 +108,16 @@ class Command(BaseCommand):
                                                     f"{perm.split('.')[1]}).")
             action.add_argument("ids", nargs="+", metavar="TASK_ID", help="Task or job ids.")
             action.add_argument("--user", required=True, help=USER_HELP.format(perm=perm))
+
+        limits = commands.add_parser(
+            "limits", help="The store's default limit; --default sets it (needs --user with "
+                           f"{LIMIT_PERMISSION.split('.')[1]}).")
+        limits.add_argument("--default", action="store_true", dest="set_default",
+                            help="Set the default limit to the options given.")
+        for option, kind in (("--rate", str), ("--burst", float), ("--concurrency", int),
+                             ("--window", str), ("--tz", str)):
+            limits.add_argument(option, type=kind)
+        limits.add_argument("--user", help=USER_HELP.format(perm=LIMIT_PERMISSION))
 
         dlq = commands.add_parser("dlq", help="Dead letters: list, show, replay, purge.")
         dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True, metavar="COMMAND")
@@ -172,6 +186,21 @@ class Command(BaseCommand):
         self.stdout.write(scheduled_report(
             inspector.scheduled(self.queues(options), options["limit"]),
             inspector.server_time()))
+
+    def limits(self, options: dict[str, Any]) -> None:
+        store = store_for(celery_app())
+        if options["set_default"]:
+            if not options["user"]:
+                raise CommandError("--default needs --user")
+            require(self.user(options["user"]), LIMIT_PERMISSION)
+            try:
+                store.set_default_limit(AccountLimit(
+                    rate=options["rate"], burst=options["burst"],
+                    concurrency=options["concurrency"], window=options["window"],
+                    tz=options["tz"]))
+            except InvalidLimitError as exc:
+                raise CommandError(str(exc)) from exc
+        self.stdout.write(default_limit_text(store.default_limit()))
 
     def scope(self, options: dict[str, Any]) -> tuple[str | None, str | None]:
         if options["account"] is None and options["queue"] is None:

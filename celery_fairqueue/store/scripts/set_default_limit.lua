@@ -1,0 +1,15 @@
+-- set_default_limit: the store's one default limit, for accounts without their own. The first
+-- worker sets it from its settings (ARGV[3] "1": only while the store has none, SET NX); an
+-- operator changes it (`fairqueue limits --default`, celery_fairqueue.set_default_limit). The
+-- claim reads the packed form (limits field "*") instead of a worker's own setting.
+-- KEYS: global keys only.
+-- ARGV: [1] the limit as configured (JSON), [2] packed (limits.AccountLimit.pack),
+--       [3] "1" to set it only when the store has none.
+-- Returns the default as the store holds it after the call (JSON).
+local existing = redis.call('GET', K_DEFAULTLIMIT)
+if existing and ARGV[3] == '1' then
+  return existing
+end
+redis.call('SET', K_DEFAULTLIMIT, ARGV[1])
+redis.call('HSET', K_LIMITS, '*', ARGV[2])
+return ARGV[1]
