@@ -23,13 +23,8 @@ from .errors import (
     MissingAccountError,
     StoreUnavailableError,
 )
-from .idempotency import (
-    JobKeySpec,
-    MarkerGuard,
-    bound_arguments,
-    compute_job_key,
-    hash_identity,
-)
+from .idempotency import JobKeySpec, bound_arguments, compute_job_key, hash_identity
+from .markers import MarkerGuard
 from .protocol import (
     ACCOUNT_HEADER,
     FIRST_FAILURE_HEADER,

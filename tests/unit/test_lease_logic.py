@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from celery_fairqueue.errors import StoreUnavailableError
-from celery_fairqueue.idempotency import MarkerGuard
+from celery_fairqueue.markers import MarkerGuard
 from celery_fairqueue.protocol import LEASE_HEADER, LeaseTicket
 from celery_fairqueue.retry import PermanentError, RetryableError, RetryPolicy
 from celery_fairqueue.store import Lease
