@@ -223,7 +223,7 @@ def report_idle(server, quick: bool) -> bool:
 def report_script(server, quick: bool) -> None:
     from bench import app
     from celery_fairqueue.store import store_for
-    from celery_fairqueue.store.core import wire
+    from celery_fairqueue.store.door import wire
     from celery_fairqueue.store.lua import load_script
 
     store = store_for(app.app)

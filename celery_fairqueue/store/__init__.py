@@ -7,12 +7,14 @@ account ids go in and come out decoded.
 
 from .client import display_url
 from .console import REASONS, LiveJob, QueueState, WorkerInfo
-from .controls import OperatorPause, WorkerRegistration
-from .core import Claim, EnqueueResult, FairStore, store_for
+from .core import FairStore, store_for
 from .dead_letters import DeadLetter, DeadLetterNotFound, DeadLetters
 from .events import RECORDER_GROUP, EventReader, Leadership
+from .fleet import WorkerRegistration
+from .jobs import Claim, EnqueueResult
 from .keys import Keys, QueueKeys
 from .leases import GIVE_BACK_SECONDS, Lease, LeaseHolder
+from .operator import OperatorPause
 from .views import (
     AccountPage,
     AccountRow,

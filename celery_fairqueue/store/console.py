@@ -21,9 +21,9 @@ from ..envelope import Envelope, MalformedEnvelopeError
 from ..limits import AccountLimit, zone
 from ..protocol import normalize_id, task_id_of
 from ..states import DeferReason, Reason
-from .controls import OperatorPause, parse_pause, pause_field
 from .core import FairStore
 from .keys import decode_id, encode_id
+from .operator import OperatorPause, parse_pause, pause_field
 from .records import Deferral, ReadyMember, WorkerEntry, member_job_id, meta_account
 
 #: Most of an account's ready jobs read to find its oldest (FIFO order: the oldest is among

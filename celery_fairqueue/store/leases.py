@@ -31,7 +31,7 @@ from ..protocol import NO_JOB_KEY, LeaseTicket
 from .keys import encode_id
 
 if TYPE_CHECKING:
-    from .core import FairStore
+    from .jobs import Jobs
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class LeaseHolder(Protocol):
 class Lease:
     """A claimed job, leased to the worker ``token`` until it settles (or its lease expires)."""
 
-    store: FairStore = field(repr=False)
+    store: Jobs = field(repr=False)
     token: str
     queue: str
     account: str
@@ -133,7 +133,7 @@ class Lease:
             self.holder.released(self)
         return not self.expired
 
-    def _settle(self, doing: str, call: Callable[[FairStore], bool]) -> None:
+    def _settle(self, doing: str, call: Callable[[Jobs], bool]) -> None:
         try:
             owned = call(self.store)
         except FairqueueError as exc:

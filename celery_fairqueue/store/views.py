@@ -16,9 +16,9 @@ from ..envelope import Envelope, MalformedEnvelopeError
 from ..limits import AccountLimit
 from ..states import STATE_CODES, AccountState, DeferReason
 from .console import ConsoleViews, WorkerInfo
-from .controls import OperatorPause, paused_accounts
 from .core import store_for
 from .keys import QueueKeys, decode_id, encode_id
+from .operator import OperatorPause, paused_accounts
 from .records import Deferral, meta_account
 
 #: Most hash fields one answer reads from a per-account hash.

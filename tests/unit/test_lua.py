@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from celery_fairqueue.store.core import SCRIPT_NAMES
+from celery_fairqueue.store.door import SCRIPT_NAMES
 from celery_fairqueue.store.keys import GLOBAL_KEY_NAMES
 from celery_fairqueue.store.lua import load_script, lua_name
 

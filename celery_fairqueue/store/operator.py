@@ -1,6 +1,6 @@
-"""The operator's controls of the fair store: pause and resume, run a delayed job now, take, put
-back and purge dead letters, and the registry of live workers. Mixed into
-:class:`~celery_fairqueue.store.core.FairStore`, one method per Lua script like the rest of it.
+"""The operator's controls of the fair store: pause and resume, cancel, run a delayed job now,
+purge, account limits and the default limit, and taking, putting back and purging dead letters;
+one method per Lua script like the rest of the store.
 
 An operator pause is not a limit: a limit defers an account (its jobs get a later ready time
 and the claim wakes it when its token or window comes), a pause only takes the account (or the
@@ -11,24 +11,19 @@ and no attempt is charged.
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..limits import AccountLimit
 from ..protocol import delivery_id
-from ..settings import FairqueueSettings
-from .client import AnyClient
-from .keys import Keys, QueueKeys, decode_id, encode_id
+from .door import StoreDoor
+from .keys import DEFAULT_LIMIT_FIELD, decode_id, encode_id
 from .records import JobMeta, member_job_id
 
 #: Retries of one task whose deliveries cancel and run_now look through.
 MAX_DELIVERY_LOOKUP = 4096
 #: Longest ``by`` and ``reason`` of a pause kept (the rest is cut), so a pause stays small.
 MAX_PAUSE_TEXT = 1000
-#: A worker's registration outlives its last heartbeat by this many heartbeat intervals.
-REGISTRY_BEATS = 3
 
 
 @dataclass(frozen=True)
@@ -50,11 +45,13 @@ class OperatorPause:
         return "account" if self.queue is not None else "account_everywhere"
 
 
+
 def paused_accounts(pauses: Sequence[OperatorPause], queue: str) -> int:
     """Accounts an operator paused in ``queue``, or in every queue (the status, the console
     and the metrics count these)."""
     return len({p.account for p in pauses
                 if p.account is not None and p.queue in (None, queue)})
+
 
 
 def pause_field(account: str | None, queue: str | None) -> str:
@@ -65,6 +62,7 @@ def pause_field(account: str | None, queue: str | None) -> str:
     if account is None:
         return f"q:{encode_id(str(queue))}"
     return f"a:{encode_id(str(account))}:{encode_id(str(queue)) if queue is not None else '*'}"
+
 
 
 def parse_pause(field: str, raw: str) -> OperatorPause:
@@ -83,53 +81,14 @@ def parse_pause(field: str, raw: str) -> OperatorPause:
                          at=float(data.get("at") or 0.0), reason=str(data.get("reason") or ""))
 
 
+
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-@dataclass(frozen=True)
-class WorkerRegistration:
-    """What a worker tells the registry about itself on each heartbeat."""
 
-    name: str  # its Celery hostname (celery@host)
-    queues: Sequence[str]
-    slots: int  # pool size: jobs it can run at once
-
-    def to_json(self) -> str:
-        return json.dumps({"name": self.name, "queues": list(self.queues), "slots": self.slots})
-
-
-@dataclass(frozen=True)
-class Beat:
-    """What a worker's heartbeat learns: the leases it lost, the store's instance id (a new
-    one means Redis lost the data) and how many workers are registered."""
-
-    lost: list[str]
-    instance: str
-    live_workers: int
-
-
-class StoreControls:
-    """Pause, resume, run now and the worker registry; FairStore provides the attributes."""
-
-    client: AnyClient
-    keys: Keys
-    settings: FairqueueSettings
-
-    def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any]) -> Any:
-        raise NotImplementedError  # FairStore._run
-
-    def _run_many(self, name: str, calls: Iterable[tuple[Sequence[QueueKeys], Sequence[Any]]],
-                  chunk: int) -> list[Any]:
-        raise NotImplementedError  # FairStore._run_many
-
-    def known_queues(self) -> list[str]:
-        raise NotImplementedError  # FairStore.known_queues
-
-    def server_time(self) -> float:
-        raise NotImplementedError  # FairStore.server_time
-
-    # -- the default limit ---------------------------------------------------------------------
+class Operator(StoreDoor):
+    """Pause and resume, cancel, run now, purge, limits and dead letters."""
 
     def default_limit(self) -> AccountLimit | None:
         """The store's default limit (for accounts without their own), or None while no worker
@@ -146,7 +105,48 @@ class StoreControls:
                                                   "1" if only_if_unset else "0"])
         return AccountLimit.from_json(raw)
 
-    # -- deliveries of a task ------------------------------------------------------------------
+    def set_limit(self, account: str, limit: AccountLimit) -> None:
+        """Store an account's limit; it applies from the next claim, deferred or not."""
+        encoded = encode_id(account)
+        now = self.server_time()
+        pipe = self.client.pipeline()
+        pipe.hset(self.keys.limits, encoded, limit.pack(now))
+        pipe.hset(self.keys.limit_config, encoded, limit.to_json())
+        pipe.execute()
+        self._wake(encoded)
+
+    def clear_limit(self, account: str) -> None:
+        """Drop an account's own limit; the default limit applies again."""
+        encoded = encode_id(account)
+        pipe = self.client.pipeline()
+        pipe.hdel(self.keys.limits, encoded)
+        pipe.hdel(self.keys.limit_config, encoded)
+        pipe.execute()
+        self._wake(encoded)
+
+    def limits(self) -> Iterator[tuple[str, AccountLimit]]:
+        """Every account's own limit, as set (``set_account_limit`` or the admin)."""
+        for encoded, raw in self.client.hscan_iter(self.keys.limit_config, count=500):
+            yield decode_id(encoded), AccountLimit.from_json(raw)
+
+    def get_limit(self, account: str) -> AccountLimit | None:
+        raw = self.client.hget(self.keys.limit_config, encode_id(account))
+        return AccountLimit.from_json(raw) if raw else None
+
+    def refresh_windows(self) -> int:
+        """Recompute the window schedules of accounts that have one, and of the store's default
+        limit (they run a week ahead)."""
+        now = self.server_time()
+        refreshed = 0
+        default = self.default_limit()
+        if default is not None and default.window:
+            self.client.hset(self.keys.limits, DEFAULT_LIMIT_FIELD, default.pack(now))
+            refreshed += 1
+        for account, limit in self.limits():
+            if limit.window:
+                self.client.hset(self.keys.limits, encode_id(account), limit.pack(now))
+                refreshed += 1
+        return refreshed
 
     def deliveries_of(self, task_id: str) -> Iterator[tuple[str, str]]:
         """``(delivery id, queue)`` of each stored delivery of a Celery task (``id:0``,
@@ -168,6 +168,13 @@ class StoreControls:
             if seen and not found:
                 return
             seen = seen or bool(found)
+
+    def cancel(self, task_id: str) -> list[str]:
+        """Take the waiting deliveries of a Celery task out of the store (a revoke); returns
+        the delivery ids cancelled. A running one stays: Celery's revoke stops it in its worker.
+        See :meth:`deliveries_of` for the ids it takes."""
+        return [job_id for job_id, queue in list(self.deliveries_of(task_id))
+                if self._run("cancel", [self.keys.queue(queue)], [job_id]) == 1]
 
     def purge(self, queues: Sequence[str] | None = None, batch: int = 1000) -> int:
         """Take every waiting job (ready, deferred or delayed) of ``queues`` (default: all)
@@ -195,8 +202,6 @@ class StoreControls:
         return [job_id for job_id, queue in list(self.deliveries_of(task_id))
                 if self._run("run_now", [self.keys.queue(queue)], [job_id]) == 1]
 
-    # -- dead letters (DeadLetters reads them; these are its writes) ---------------------------
-
     def take_dead(self, job_id: str) -> str | None:
         """Take a dead letter out of the queue to replay it; None when a replay or purge at
         the same time took it first."""
@@ -211,8 +216,6 @@ class StoreControls:
         """Delete these dead letters with the markers their own jobs wrote (``job_keys``: the
         letters' encoded business keys, "-" for none); returns how many were deleted."""
         return int(self._run("purge_dead", [], [len(job_ids), *job_ids, *job_keys]))
-
-    # -- operator pauses -----------------------------------------------------------------------
 
     def pause(self, account: str | None = None, queue: str | None = None, *, by: str = "",
               reason: str = "") -> OperatorPause:
@@ -239,32 +242,3 @@ class StoreControls:
             if len(found) >= limit:
                 break
         return sorted(found, key=lambda p: (p.at, p.queue or "", p.account or ""))
-
-    # -- worker registry -----------------------------------------------------------------------
-
-    def registry_ttl(self) -> float:
-        return REGISTRY_BEATS * self.settings.heartbeat_interval
-
-    def register_worker(self, worker_id: str, registration: WorkerRegistration) -> float:
-        """Register (or renew) a live worker; returns the heartbeat's server time."""
-        return float(self._run("register_worker", [], [worker_id, registration.to_json(),
-                                                       self.registry_ttl()]))
-
-    def unregister_worker(self, worker_id: str) -> None:
-        """Leave the registry (a worker shutting down)."""
-        self._run("register_worker", [], [worker_id, "", -1])
-
-    def heartbeat(self, worker_id: str, registration: WorkerRegistration,
-                  job_ids: Sequence[str]) -> list[str]:
-        """Extend the leases of ``job_ids`` this worker owns and renew its registration;
-        returns the ids whose lease it lost."""
-        return self.beat(worker_id, registration, job_ids).lost
-
-    def beat(self, worker_id: str, registration: WorkerRegistration,
-             job_ids: Sequence[str]) -> Beat:
-        """:meth:`heartbeat`, also reading the store's instance id and the number of live
-        workers: a worker's whole beat in one round trip."""
-        lost, instance, workers = self._run("heartbeat", [], [
-            worker_id, self.settings.lease_seconds, registration.to_json(), self.registry_ttl(),
-            uuid.uuid4().hex, *job_ids])
-        return Beat(lost=list(lost), instance=str(instance), live_workers=int(workers))

@@ -1,0 +1,115 @@
+"""The one door to Redis: every script call of the fair store goes through StoreDoor.
+
+Each script in ``scripts/`` gets ``scripts/_lib.lua`` prepended, and receives the global keys
+followed by the keys of the queues it works on (see keys.py), so it touches one hash-tag slot.
+Account ids and queue names go in and come out decoded; the store encodes them for Redis.
+Every Redis failure reaches callers as :class:`StoreUnavailableError` (see client.py). The
+store's roles build on it: jobs.py (enqueue, claim, settle), fleet.py (workers, heartbeat),
+operator.py (pause, cancel, run now, limits, dead letters); the console's readers are views.py
+and console.py.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any, Self
+
+from ..settings import FairqueueSettings
+from .client import AnyClient, make_client
+from .keys import Keys, QueueKeys
+from .lua import load_script
+
+SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "trim_done",
+                "wake", "bury", "emit", "take_dead", "restore_dead", "purge_dead", "give_back",
+                "cancel", "pause", "resume", "run_now", "register_worker", "heartbeat", "mark",
+                "set_default_limit")
+
+
+def wire(value: Any) -> Any:
+    """A script argument as Redis can take it, a string as its UTF-8 bytes: one with a lone
+    surrogate (a file name from ``os.fsdecode``, say) cannot be UTF-8 encoded, so it is kept
+    with the surrogate escaped instead of failing the whole call."""
+    if isinstance(value, str):
+        try:
+            return value.encode()
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace")
+    return value
+
+
+
+class StoreDoor:
+    """The fair store's client, keys, settings and scripts, and the calls every role makes."""
+
+    def __init__(self, client: AnyClient, keys: Keys, settings: FairqueueSettings) -> None:
+        self.client = client
+        self.keys = keys
+        self.settings = settings
+        sources = {name: load_script(name) for name in SCRIPT_NAMES}
+        self._scripts = {name: client.register_script(source.source)
+                         for name, source in sources.items()}
+        # each script's own global keys, then its queues', then the stream if it emits
+        self._leading = {name: [getattr(keys, key) for key in source.global_keys]
+                         for name, source in sources.items()}
+        self._trailing = {name: [keys.events] if source.events else []
+                          for name, source in sources.items()}
+        self._recording = False
+        self._recording_checked = float("-inf")
+
+    @classmethod
+    def from_settings(cls, settings: FairqueueSettings, *, fail_fast: bool = False) -> Self:
+        """A store for producers or, ``fail_fast``, for a worker's event loop and threads.
+
+        A producer's call is bounded by ``fairqueue_enqueue_timeout``: redis-py retries a
+        command and, inside it, the connect, so one retry of each makes four tries at most,
+        each given a quarter of the time. The worker's event loop must not stall on an
+        unreachable Redis either: it tries again on its next turn.
+        """
+        assert settings.redis_url
+        timeout = 2.0 if fail_fast else settings.enqueue_timeout / 4
+        client = make_client(settings.redis_url, socket_timeout=timeout, retries=1,
+                             transport_options=settings.redis_transport_options)
+        return cls(client, Keys(settings.key_prefix), settings)
+
+    def _keys_for(self, name: str, queues: Sequence[QueueKeys]) -> list[str]:
+        """The keys of one call of script ``name`` on ``queues`` (see lua.py)."""
+        keys = list(self._leading[name])
+        for queue_keys in queues:
+            keys.extend(queue_keys.keys)
+        keys.extend(self._trailing[name])
+        return keys
+
+    def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any]) -> Any:
+        raise NotImplementedError  # FairStore._run
+
+    def _run_many(self, name: str, calls: Iterable[tuple[Sequence[QueueKeys], Sequence[Any]]],
+                  chunk: int) -> list[Any]:
+        raise NotImplementedError  # FairStore._run_many
+
+    def known_queues(self) -> list[str]:
+        raise NotImplementedError  # FairStore.known_queues
+
+    def server_time(self) -> float:
+        raise NotImplementedError  # FairStore.server_time
+
+    def ping(self) -> None:
+        """Raise StoreUnavailableError unless Redis answers."""
+        self.client.ping_at(self.keys.jobs)
+
+    def instance(self) -> str:
+        """The store's instance id, created on first use; a new one means the data was lost."""
+        self.client.set(self.keys.instance, uuid.uuid4().hex, nx=True)
+        return str(self.client.get(self.keys.instance))
+
+    def clear(self) -> int:
+        """Delete every key of this store (those under its prefix), for test suites and for
+        decommissioning a store; returns how many were deleted."""
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self.keys.tag) + ":*"
+        keys = list(self.client.scan_at(self.keys.jobs, match=pattern, count=1000))
+        return sum(int(self.client.delete(*keys[n:n + 500])) for n in range(0, len(keys), 500))
+
+    def _wake(self, encoded_account: str) -> None:
+        queues = self.known_queues()
+        self._run("wake", [self.keys.queue(q) for q in queues], [encoded_account])
