@@ -17,8 +17,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Self
 
 from ..settings import FairqueueSettings
-from .client import AnyClient, make_client
-from .keys import Keys, QueueKeys
+from .client import AnyClient, make_client, operation
+from .keys import Keys, QueueKeys, decode_id
 from .lua import load_script
 
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "trim_done",
@@ -82,17 +82,33 @@ class StoreDoor:
         return keys
 
     def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any]) -> Any:
-        raise NotImplementedError  # FairStore._run
+        with operation(name):
+            return self._scripts[name](keys=self._keys_for(name, queues),
+                                       args=[wire(a) for a in args])
 
     def _run_many(self, name: str, calls: Iterable[tuple[Sequence[QueueKeys], Sequence[Any]]],
                   chunk: int) -> list[Any]:
-        raise NotImplementedError  # FairStore._run_many
+        """:meth:`_run` for each call, ``chunk`` calls a round trip. A resent chunk (after a
+        dropped connection) is harmless: every script is idempotent per job id and token."""
+        script = self._scripts[name]
+        results: list[Any] = []
+        batch: list[tuple[list[str], list[Any]]] = []
+        with operation(name):
+            for queues, args in calls:
+                batch.append((self._keys_for(name, queues), [wire(a) for a in args]))
+                if len(batch) == chunk:
+                    results.extend(self.client.run_scripts(script, batch))
+                    batch = []
+            if batch:
+                results.extend(self.client.run_scripts(script, batch))
+        return results
 
     def known_queues(self) -> list[str]:
-        raise NotImplementedError  # FairStore.known_queues
+        return sorted(decode_id(q) for q in self.client.smembers(self.keys.queues))
 
     def server_time(self) -> float:
-        raise NotImplementedError  # FairStore.server_time
+        seconds, micros = self.client.time_at(self.keys.jobs)
+        return seconds + micros / 1e6
 
     def ping(self) -> None:
         """Raise StoreUnavailableError unless Redis answers."""
