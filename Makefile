@@ -1,4 +1,5 @@
-# Everything from a fresh machine to a green test run: `make test`. `make demo` runs the example.
+# Everything from a fresh machine to a green test run: `make test`. `make demo` runs the example
+# and serves its console until Ctrl-C; `make demo DEMO_ARGS=--once` runs it and exits.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -21,7 +22,7 @@ test: venv services
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: venv services
-	$(PY) example_project/run_demo.py
+	$(PY) example_project/run_demo.py $(DEMO_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .
