@@ -1,4 +1,5 @@
-# Everything from a fresh machine to a green test run: `make test`. `make demo` runs the example.
+# Everything from a fresh machine to a green test run: `make test`. `make demo` runs the example
+# and serves its console until Ctrl-C; `make demo DEMO_ARGS=--once` runs it and exits.
 # `make check` is the inner loop: lint and the tests not marked slow, in under 3 minutes.
 PYTHON ?= python3.11
 VENV := .venv
@@ -27,7 +28,7 @@ check: lint services
 	$(PY) -m pytest tests/unit tests/integration tests/django -m "not slow" $(PYTEST_ARGS)
 
 demo: venv services
-	$(PY) example_project/run_demo.py
+	$(PY) example_project/run_demo.py $(DEMO_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

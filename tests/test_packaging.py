@@ -114,3 +114,26 @@ def test_the_wheel_declares_the_redis_transport_and_a_separate_postgres_extra(bu
     psycopg = [r for r in requires if r.startswith("psycopg")]
     assert psycopg and all('extra=="postgres"' in r for r in psycopg), psycopg
     assert "postgres" in headers.get_all("Provides-Extra")
+
+
+def test_the_sdist_and_the_wheel_carry_the_license_and_the_changelog(built):
+    with tarfile.open(built["sdist"]) as sdist:
+        names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
+    assert {"LICENSE", "CHANGELOG.md"} <= names
+    with zipfile.ZipFile(built["wheel"]) as wheel:
+        licenses = [n for n in wheel.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+        assert licenses, wheel.namelist()
+        assert "BSD 3-Clause" in wheel.read(licenses[0]).decode()
+        [metadata] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+        headers = email.parser.Parser().parsestr(wheel.read(metadata).decode())
+    assert headers["License-File"] == "LICENSE"
+    # the changelog is part of the long description: PyPI's page shows it under the README
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert changelog.split("\n## ")[1].splitlines()[0] in headers.get_payload()
+
+
+def test_twine_accepts_the_sdist_and_the_wheel(built):
+    check = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(built["sdist"]),
+         str(built["wheel"])], capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr

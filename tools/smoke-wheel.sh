@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Clean-venv smoke test: what a new user gets from `pip install celery-fairqueue`.
 #
-# Builds the sdist and, from it, the wheel; installs ONLY that wheel (no extras) into a fresh
-# venv; starts a throwaway redis-server on a free loopback port and a real
+# Builds the sdist and, from it, the wheel, and checks both with `twine check --strict`;
+# installs ONLY that wheel (no extras) into a fresh venv; starts a throwaway redis-server on a free loopback port and a real
 # `celery -A proj worker --pool=threads` from that venv, in a tiny project outside this
 # repository; enqueues one fair job with .delay() and waits until the task has written its key
 # into Redis. Prints "PASS: ..." and exits 0, or prints why and exits non-zero.
@@ -50,12 +50,14 @@ fail() {
 
 step() { echo "smoke-wheel: $*"; }
 
-# 1. Build: sdist, then the wheel from that sdist (what an index would serve).
+# 1. Build: sdist, then the wheel from that sdist (what an index would serve); then check both
+#    as PyPI would take them (twine check: metadata, and the README and CHANGELOG render).
 build_py=$root/.venv/bin/python
-if ! "$build_py" -m build --version >/dev/null 2>&1; then
-  step "no 'build' in .venv: installing it into a throwaway venv"
+if ! "$build_py" -m build --version >/dev/null 2>&1 \
+    || ! "$build_py" -m twine --version >/dev/null 2>&1; then
+  step "no 'build' or 'twine' in .venv: installing them into a throwaway venv"
   "$PYTHON" -m venv "$tmp/buildenv"
-  "$tmp/buildenv/bin/pip" install --quiet build
+  "$tmp/buildenv/bin/pip" install --quiet build twine
   build_py=$tmp/buildenv/bin/python
 fi
 step "building the sdist and wheel"
@@ -64,6 +66,9 @@ step "building the sdist and wheel"
 wheels=("$tmp"/dist/*.whl)
 [[ ${#wheels[@]} == 1 && -f ${wheels[0]} ]] || fail "expected one wheel in dist/, got: ${wheels[*]}"
 wheel=${wheels[0]}
+step "twine check --strict of the sdist and wheel"
+"$build_py" -m twine check --strict "$tmp"/dist/* >"$tmp/twine.log" 2>&1 \
+  || { cat "$tmp/twine.log" >&2; fail "twine check failed"; }
 
 # 2. A fresh venv with the wheel alone: its declared dependencies must be enough.
 step "installing $(basename "$wheel") into a fresh venv ($PYTHON)"

@@ -9,7 +9,7 @@ from tests.harness.store_tools import ack_many, claim_jobs, enqueue_many
 
 ACCOUNTS = 100_000
 #: What a pending job may cost in Redis: its envelope, indexes and its account's rotation entry
-#: (docs/guide.md reports about 770 B).
+#: (a minimal message; docs/performance.md gives the figures of a real job, from bench.memory).
 MAX_BYTES_PER_JOB = 1024
 #: What stays in Redis when every job is done and its key's retention has passed (the registry
 #: of live workers while a worker runs).
