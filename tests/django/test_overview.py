@@ -1,8 +1,7 @@
 """The one account overview (overview.py), which the console's accounts page and the
 ``fairqueue recorded`` command both read: its rows in one query, and the console's paging."""
 
-import itertools
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
@@ -10,20 +9,11 @@ from django.utils import timezone
 from celery_fairqueue.contrib.django import overview
 from celery_fairqueue.contrib.django.models import Job
 from celery_fairqueue.contrib.django.overview import account_overview
+from tests.django.rows import NOW, Status, job
 
 pytestmark = pytest.mark.django_db
 
-Status = Job.Status
-NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SEND = "tests.apps.reliable.send_message"
-_ids = itertools.count()
-
-
-def job(account="acme", status=Status.READY, queue="celery", age=0.0, **fields):
-    n = next(_ids)
-    return Job.objects.create(job_key=f"k{n}", task_id=f"t{n}", task="proj.send", queue=queue,
-                              account=account, status=status,
-                              enqueued_at=NOW - timedelta(seconds=age), **fields)
 
 
 def test_account_overview_is_one_query_with_counts_ages_next_run_and_last_error(

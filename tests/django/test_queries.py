@@ -1,29 +1,15 @@
 """The query API: per-account jobs, the oldest ready age (the alerting signal)."""
 
-import itertools
-from datetime import UTC, datetime, timedelta
-
 import pytest
 
-from celery_fairqueue.contrib.django.models import Job
 from celery_fairqueue.contrib.django.queries import (
     jobs_for,
     oldest_ready_age,
     oldest_ready_age_by_queue,
 )
+from tests.django.rows import NOW, Status, job
 
 pytestmark = pytest.mark.django_db
-
-Status = Job.Status
-NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-_ids = itertools.count()
-
-
-def job(account="acme", status=Status.READY, queue="celery", age=0.0, **fields):
-    n = next(_ids)
-    return Job.objects.create(job_key=f"k{n}", task_id=f"t{n}", task="proj.send", queue=queue,
-                              account=account, status=status,
-                              enqueued_at=NOW - timedelta(seconds=age), **fields)
 
 
 def test_jobs_for_an_account_and_status(database):
