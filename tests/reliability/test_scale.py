@@ -15,6 +15,9 @@ MAX_BYTES_PER_JOB = 1024
 #: of live workers while a worker runs).
 BOOKKEEPING = {"{fairqueue}:seq", "{fairqueue}:queues", "{fairqueue}:stats",
                "{fairqueue}:instance", "{fairqueue}:workers", "{fairqueue}:workerinfo"}
+#: The store's configuration, which a worker writes once and every job leaves as it is: the
+#: default limit, as JSON and packed in the limits hash under "*" (never an encoded account).
+CONFIGURATION = {"{fairqueue}:defaultlimit", "{fairqueue}:limits"}
 
 
 def test_many_accounts_cost_little_memory_and_leave_no_keys_behind(make_store, redis_client,
@@ -52,6 +55,8 @@ def test_jobs_run_by_a_worker_leave_no_keys_behind(fair, celery_worker_factory, 
     assert wait_until(lambda: len(ledger) == 300, timeout=60)
 
     def left() -> set[str]:
-        return {key for key in redis_client.keys("{fairqueue}*") if key not in BOOKKEEPING}
+        return {key for key in redis_client.keys("{fairqueue}*")
+                if key not in BOOKKEEPING | CONFIGURATION}
 
     assert wait_until(lambda: not left(), timeout=15), left()
+    assert redis_client.hkeys("{fairqueue}:limits") == ["*"]  # no account's limit stays
