@@ -31,11 +31,11 @@ from .reports import (
     PurgeSelectionError,
     accounts_text,
     cancel_each,
-    dead_letter_report,
     dead_letters_report,
     default_limit_text,
     failure_lines,
     jobs_report,
+    named_letters_report,
     pause_report,
     purge_each,
     purge_selection,
@@ -277,20 +277,23 @@ def dlq_list(ctx: click.Context, account: str | None, task: str | None, reason: 
 @click.pass_context
 def dlq_show(ctx: click.Context, job_id: str, show_args: bool, **kwargs: Any) -> None:
     """One dead letter in full: reason, attempts, error and traceback. JOB_ID is its id, the
-    Celery task id, or `task.name[task id]` as the worker log prints it."""
+    Celery task id, or `task.name[task id]` as the worker log prints it; every letter of the
+    task when it has several."""
     app = _app(ctx)
     try:
-        letter = DeadLetters(app).find(job_id)
+        letters = DeadLetters(app).named(job_id)
     except DeadLetterNotFound as exc:
         raise CeleryCommandException(message=str(exc.args[0]), exit_code=EX_FAILURE) from None
-    ctx.obj.echo(dead_letter_report(app, letter, show_args))
+    ctx.obj.echo(named_letters_report(app, job_id, letters, show_args))
 
 
 @dlq.command(name="replay", cls=StoreCommand)
 @click.argument("job_ids", nargs=-1, required=True)
 @click.pass_context
 def dlq_replay(ctx: click.Context, job_ids: tuple[str, ...], **kwargs: Any) -> None:
-    """Run dead jobs again, as new jobs with the same task, arguments and business key."""
+    """Run dead jobs again, as new jobs with the same task, arguments and business key.
+    Each JOB_ID is a letter's id, the Celery task id, or `task.name[task id]` as the worker
+    log prints it; a task id with several letters is refused, naming them."""
     outcome = replay_each(DeadLetters(_app(ctx)), job_ids)
     for job_id, task_id in outcome.done.items():
         ctx.obj.echo(f"replayed {job_id} as task {task_id}")
@@ -307,7 +310,8 @@ def dlq_replay(ctx: click.Context, job_ids: tuple[str, ...], **kwargs: Any) -> N
 @click.pass_context
 def dlq_purge(ctx: click.Context, job_ids: tuple[str, ...], older_than: float | None, yes: bool,
               **kwargs: Any) -> None:
-    """Delete dead letters for good: the ones named, or all older than --older-than."""
+    """Delete dead letters for good: the ones named (as `dlq replay` takes them), or all
+    older than --older-than."""
     letters = DeadLetters(_app(ctx))
     try:
         selection = purge_selection(letters, job_ids, older_than)

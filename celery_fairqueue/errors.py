@@ -63,6 +63,11 @@ class DeadLetterNotFound(FairqueueError, KeyError):
     """No dead letter has that id (it was replayed or purged already)."""
 
 
+class AmbiguousDeadLetterError(FairqueueError, LookupError):
+    """A replay or purge named a task whose task id has several dead letters (a task and its
+    replacement, say): acting on all could run the work twice, so it names one by its id."""
+
+
 class ReplayLostError(FairqueueError):
     """A replay's letter was taken by a replay or purge at the same time. Raised in the fair
     publish path instead of :class:`DeadLetterNotFound`, whose ``KeyError`` kombu would take

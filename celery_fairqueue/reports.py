@@ -193,7 +193,7 @@ def resume_report(account: str | None, queue: str | None, resumed: bool) -> str:
 
 
 def each_job(action: Callable[[str], bool], ids: Sequence[str], refused: str) -> BatchOutcome:
-    """Apply ``action`` (cancel, run now, purge) to each id, stopping if the store goes away."""
+    """Apply ``action`` (cancel, run now) to each id, stopping if the store goes away."""
     outcome = BatchOutcome()
     for task_id in ids:
         try:
@@ -280,35 +280,62 @@ def dead_letter_report(app: Celery, letter: DeadLetter, show_args: bool) -> str:
     return "\n".join(lines)
 
 
+def named_letters_report(app: Celery, name: str, letters: Sequence[DeadLetter],
+                         show_args: bool) -> str:
+    """``dlq show``: the dead letter a name stands for; every one when a task id has several
+    (a task and its replacement, say), oldest delivery first."""
+    shown = "\n\n".join(dead_letter_report(app, letter, show_args) for letter in letters)
+    if len(letters) == 1:
+        return shown
+    return (f"{name!r} names {len(letters)} dead letters; replay or purge one by its id."
+            f"\n\n{shown}")
+
+
 @dataclass
 class BatchOutcome:
-    """What a replay or purge of several dead letters did, id by id."""
+    """What a batch (replay, purge, cancel, run now) did, id by id."""
 
     done: dict[str, str] = field(default_factory=dict)  # id -> new task id ("" for purge)
     failed: dict[str, str] = field(default_factory=dict)  # id -> why not
     unreachable: str | None = None  # the store could not be reached; later ids were not tried
 
 
-def replay_each(dlq: DeadLetters, ids: Sequence[str]) -> BatchOutcome:
-    """Replay the dead letters one by one, stopping if the store goes away."""
+NOT_FOUND = "not found: replayed or purged already"
+
+
+def each_letter(dlq: DeadLetters, names: Sequence[str],
+                action: Callable[[str], str | None]) -> BatchOutcome:
+    """Resolve each name (its id, the task id or ``task.name[id]``) to its one dead letter and
+    apply ``action`` to the letter id, stopping if the store goes away. ``done`` is keyed by
+    the letter id, ``failed`` by the name as given."""
     outcome = BatchOutcome()
-    for job_id in ids:
+    for name in names:
         try:
-            outcome.done[job_id] = dlq.replay(job_id).id
+            letter_id = dlq.letter_id(name)
+            result = action(letter_id)
         except DeadLetterNotFound:
-            outcome.failed[job_id] = "not found: replayed or purged already"
+            outcome.failed[name] = NOT_FOUND
         except StoreUnavailableError as exc:
             outcome.unreachable = str(exc)
             break
-        except FairqueueError as exc:
-            outcome.failed[job_id] = str(exc)
+        except FairqueueError as exc:  # ambiguous, or nothing readable to replay
+            outcome.failed[name] = str(exc)
+        else:
+            if result is None:
+                outcome.failed[name] = NOT_FOUND
+            else:
+                outcome.done[letter_id] = result
     return outcome
 
 
-def purge_each(dlq: DeadLetters, ids: Sequence[str]) -> BatchOutcome:
-    """Purge the dead letters one by one, stopping if the store goes away."""
-    return each_job(lambda job_id: bool(dlq.purge([job_id])), ids,
-                    "not found: replayed or purged already")
+def replay_each(dlq: DeadLetters, names: Sequence[str]) -> BatchOutcome:
+    """Replay the dead letters one by one; ``done`` maps each letter id to its new task id."""
+    return each_letter(dlq, names, lambda letter_id: dlq.replay(letter_id).id)
+
+
+def purge_each(dlq: DeadLetters, names: Sequence[str]) -> BatchOutcome:
+    """Purge the dead letters one by one, with their markers."""
+    return each_letter(dlq, names, lambda letter_id: "" if dlq.purge([letter_id]) else None)
 
 
 class PurgeSelectionError(FairqueueError, ValueError):

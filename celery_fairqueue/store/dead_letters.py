@@ -8,8 +8,8 @@ the same task, arguments and business key, as a new job with its attempts starti
 
 from __future__ import annotations
 
+import builtins
 import json
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,25 +18,29 @@ from celery import Celery
 from celery.result import AsyncResult
 
 from ..envelope import Envelope, MalformedEnvelopeError
-from ..errors import DeadLetterNotFound, FairqueueError, ReplayLostError
+from ..errors import (
+    AmbiguousDeadLetterError,
+    DeadLetterNotFound,
+    FairqueueError,
+    ReplayLostError,
+)
 from ..protocol import (
     ACCOUNT_HEADER,
     STORED_JOB_KEY_OPTION,
-    delivery_id,
     is_fair,
     job_key_of,
     normalize_id,
 )
 from ..redaction import redact_arguments
 from .core import FairStore, store_for
+from .door import wire
 from .keys import encode_job_key
+from .letter_names import resolve_letter
 from .records import DeadRecord
 
 __all__ = ["DeadLetter", "DeadLetterNotFound", "DeadLetters"]
 
 PAGE = 500  # dead letters read per round trip
-#: ``task.name[<task id>]``, as Celery's and this package's worker log lines name a task.
-LOGGED_TASK = re.compile(r"^[^\[\]\s]*\[(.+)\]:?$")
 
 
 @dataclass
@@ -159,28 +163,35 @@ class DeadLetters:
                     return found
 
     def get(self, job_id: str) -> DeadLetter:
-        raw = self.client.hget(self.keys.dead, job_id)
+        """The dead letter kept under exactly this id (``<task id>:<retries>``)."""
+        raw = self.client.hget(self.keys.dead, wire(job_id))
         if raw is None:
             raise DeadLetterNotFound(f"no dead letter {job_id!r}")
         return DeadLetter.from_json(raw)
 
-    def find(self, name: str) -> DeadLetter:
-        """The dead letter named as a person has it at hand: its id (``<task id>:<retries>``),
-        the Celery task id, or the worker log's ``task.name[<task id>]``; the last delivery
-        of the task when several of its deliveries died (a replay's, say)."""
-        name = name.strip()
-        logged = LOGGED_TASK.match(name)
-        for candidate in dict.fromkeys([name, logged.group(1) if logged else name]):
-            raw = self.client.hget(self.keys.dead, candidate)
-            if raw is not None:
-                return DeadLetter.from_json(raw)
-            # a task's deliveries are <task id>:0, :1, ... (retries); a page covers any policy
-            ids = [delivery_id(candidate, n) for n in range(PAGE)]
-            found = [r for r in self.client.hmget(self.keys.dead, ids) if r is not None]
-            if found:
-                return DeadLetter.from_json(found[-1])
-        raise DeadLetterNotFound(f"no dead letter {name!r} (by its id, or the task id the "
-                                 "worker logged)")
+    def resolve(self, name: str) -> builtins.list[str]:
+        """The ids of the dead letters ``name`` stands for (see letter_names.py): its id, the
+        Celery task id, or the worker log's ``task.name[<task id>]``; oldest delivery first."""
+        return [job_id for job_id, _ in resolve_letter(self.client, self.keys.dead, name)]
+
+    def named(self, name: str) -> builtins.list[DeadLetter]:
+        """The dead letters ``name`` stands for, oldest delivery first (usually one)."""
+        found = resolve_letter(self.client, self.keys.dead, name)
+        if not found:
+            raise DeadLetterNotFound(f"no dead letter {name!r} (by its id, the task id, or "
+                                     "task.name[task id] as the worker logs it)")
+        return [DeadLetter.from_json(raw) for _, raw in found]
+
+    def letter_id(self, name: str) -> str:
+        """The one dead letter ``name`` stands for, for a change (replay, purge): a task id
+        with several letters (a task and its replacement, say) is refused, naming them."""
+        ids = self.resolve(name)
+        if not ids:
+            raise DeadLetterNotFound(f"no dead letter {name!r} (replayed or purged already)")
+        if len(ids) > 1:
+            raise AmbiguousDeadLetterError(
+                f"{name!r} names {len(ids)} dead letters ({', '.join(ids)}): name one by its id")
+        return ids[0]
 
     def replay(self, job_id: str) -> AsyncResult:
         """Run a dead job again, as a new job with the same task, arguments and business key.

@@ -36,7 +36,8 @@ def require(user: User, permission: str) -> None:
 
 
 def replay_dead_letters(user: User, ids: Sequence[str]) -> BatchOutcome:
-    """Replay dead letters by id (``Job.delivery_id``); replayed rows become ready again."""
+    """Replay dead letters by any name the resolver takes (``Job.delivery_id``, the task id,
+    ``task.name[id]``); replayed rows become ready again."""
     require(user, REPLAY_PERMISSION)
     outcome = replay_each(DeadLetters(celery_app()), ids)
     record_replay(outcome.done)
@@ -44,7 +45,7 @@ def replay_dead_letters(user: User, ids: Sequence[str]) -> BatchOutcome:
 
 
 def purge_dead_letters(user: User, ids: Sequence[str]) -> BatchOutcome:
-    """Delete dead letters by id for good, and their rows."""
+    """Delete dead letters for good (named as for a replay), and their rows."""
     require(user, PURGE_PERMISSION)
     outcome = purge_each(DeadLetters(celery_app()), ids)
     record_purge(list(outcome.done))

@@ -255,7 +255,9 @@ class DeadJobAdmin(JobAdmin):
     def get_urls(self) -> list[URLPattern]:
         replay = path("<path:object_id>/replay/", self.admin_site.admin_view(self.replay_one),
                       name="celery_fairqueue_deadjob_replay")
-        return [replay, *super().get_urls()]
+        by_name = path("letter/<path:name>/", self.admin_site.admin_view(self.letter_page),
+                       name="celery_fairqueue_deadjob_letter")
+        return [by_name, replay, *super().get_urls()]
 
     def has_replay_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(REPLAY_PERMISSION)
@@ -277,7 +279,7 @@ class DeadJobAdmin(JobAdmin):
     @admin.display(description="traceback")
     def traceback(self, job: Job) -> str:
         try:
-            letter = DeadLetters(celery_app()).get(job.delivery_id)
+            letter = DeadLetters(celery_app()).named(job.delivery_id)[-1]
         except FairqueueError as exc:
             return format_html('<span class="fq-warning">Not in the fair store ({}): {}</span>',
                                "replayed, purged or unreachable", exc)
@@ -299,13 +301,35 @@ class DeadJobAdmin(JobAdmin):
         job = get_object_or_404(self.get_queryset(request), pk=object_id)
         outcome = replay_dead_letters(request.user, [job.delivery_id])
         self._report(request, "Replayed", outcome, [job])
+        for letter_id, task_id in outcome.done.items():
+            self.log_change(request, job, f"Replayed dead letter {letter_id} as {task_id}")
         if outcome.done:
-            self.log_change(request, job, f"Replayed dead letter {job.delivery_id} as "
-                                          f"{outcome.done[job.delivery_id]}")
             return HttpResponseRedirect(reverse("admin:celery_fairqueue_job_change",
                                                 args=[job.pk]))
         return HttpResponseRedirect(reverse("admin:celery_fairqueue_deadjob_change",
                                             args=[job.pk]))
+
+    def letter_page(self, request: HttpRequest, name: str) -> HttpResponse:
+        """``letter/<name>/``: the page of the dead letter a person names as the command lines
+        take it (its id, the Celery task id, or ``task.name[task id]`` from a worker log), so
+        the console and a support note can link to a letter by whatever id they hold."""
+        try:
+            ids = DeadLetters(celery_app()).resolve(name)
+        except FairqueueError as exc:
+            self.message_user(request, f"The fair store cannot be read: {exc}", messages.ERROR)
+            ids = []
+        rows = list(self.get_queryset(request).filter(
+            delivery_id__in=ids or [name]).order_by("-finished_at", "-pk"))
+        if not rows:
+            self.message_user(request, f"No dead letter {name!r} (replayed or purged "
+                                       "already, or not recorded yet).", messages.WARNING)
+            return HttpResponseRedirect(reverse("admin:celery_fairqueue_deadjob_changelist"))
+        if len(rows) > 1:
+            self.message_user(request, f"{name!r} names {len(rows)} dead letters ("
+                                       f"{', '.join(r.delivery_id for r in rows)}); this is "
+                                       "the newest.", messages.WARNING)
+        return HttpResponseRedirect(reverse("admin:celery_fairqueue_deadjob_change",
+                                            args=[rows[0].pk]))
 
     @admin.action(description="Replay the selected dead letters", permissions=["replay"])
     def replay(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:

@@ -29,11 +29,11 @@ from celery_fairqueue.reports import (
     PurgeSelectionError,
     accounts_text,
     cancel_each,
-    dead_letter_report,
     dead_letters_report,
     default_limit_text,
     failure_lines,
     jobs_report,
+    named_letters_report,
     pause_report,
     purge_selection,
     resume_report,
@@ -47,6 +47,8 @@ from celery_fairqueue.tables import duration, render
 
 USER_HELP = ("Act as this user, who must hold the permission {perm} (as in the admin); the "
              "command refuses otherwise.")
+LETTER_NAMES_HELP = ("Each a letter's id, the Celery task id, or task.name[task id] as the "
+                     "worker logs it (a task id with several letters is refused).")
 #: The permissions of the console's actions (the admin asks for the same).
 PAUSE_PERMISSION = "celery_fairqueue.pause_account"
 RESUME_PERMISSION = "celery_fairqueue.resume_account"
@@ -136,13 +138,13 @@ class Command(BaseCommand):
 
         replay = dlq_commands.add_parser(
             "replay", help="Run dead jobs again (needs --user with replay_job).")
-        replay.add_argument("ids", nargs="+", metavar="ID", help="Dead letter ids.")
+        replay.add_argument("ids", nargs="+", metavar="ID", help=LETTER_NAMES_HELP)
         replay.add_argument("--user", required=True,
                             help=USER_HELP.format(perm="celery_fairqueue.replay_job"))
 
         purge = dlq_commands.add_parser(
             "purge", help="Delete dead letters for good (needs --user with purge_job).")
-        purge.add_argument("ids", nargs="*", metavar="ID", help="Dead letter ids.")
+        purge.add_argument("ids", nargs="*", metavar="ID", help=LETTER_NAMES_HELP)
         purge.add_argument("--older-than", type=float, metavar="SECONDS",
                            help="Purge every dead letter that died more than SECONDS ago.")
         purge.add_argument("--user", required=True,
@@ -262,10 +264,11 @@ class Command(BaseCommand):
     def dlq_show(self, options: dict[str, Any]) -> None:
         app = celery_app()
         try:
-            letter = DeadLetters(app).find(options["id"])
+            letters = DeadLetters(app).named(options["id"])
         except DeadLetterNotFound as exc:
             raise CommandError(str(exc.args[0])) from None
-        self.stdout.write(dead_letter_report(app, letter, options["show_args"]))
+        self.stdout.write(named_letters_report(app, options["id"], letters,
+                                               options["show_args"]))
 
     def dlq_replay(self, options: dict[str, Any]) -> None:
         outcome = replay_dead_letters(self.user(options["user"]), options["ids"])
