@@ -24,6 +24,7 @@ from .redaction import redact_arguments
 from .states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, ACCOUNTS_READY
 from .store import (
     AccountPage,
+    AccountRow,
     DeadLetter,
     DeadLetters,
     LiveJob,
@@ -103,19 +104,32 @@ def default_limit_text(limit: AccountLimit | None) -> str:
     return f"Default limit: {limit_text(limit)} (change it with `fairqueue limits --default`)"
 
 
+def waiting_text(row: AccountRow, state: QueueState | None) -> str:
+    """The row's state with the jobs that wait outside READY, in the words and counts of the
+    one-account view (its QueueState when read): ``deferred (1 deferred)``,
+    ``idle (1 due, 2 delayed)``."""
+    counts = ((state.deferred, "deferred"), (state.delayed_due, "due"),
+              (state.delayed_future, "delayed")) if state else (
+        (row.deferred, "deferred"), (row.delayed, "delayed"))
+    parts = [f"{count} {word}" for count, word in counts if count]
+    return row.state.label + (f" ({', '.join(parts)})" if parts else "")
+
+
 def accounts_report(page: AccountPage, now: float,
                     states: Mapping[tuple[str, str], QueueState] | None = None) -> str:
-    """One row per account and queue: ready, running, state, limit and, given the accounts'
-    ``states`` by (queue, account), the reason each does not run now."""
+    """One row per account and queue: ready, running, state (with its deferred and delayed
+    jobs), limit and, given the accounts' ``states`` by (queue, account), the reason each
+    does not run now. The counts are the one-account view's (``--account``): deferred jobs
+    are not ready, and delayed ones are listed."""
     if not page.rows:
-        return "No account has ready or running jobs."
+        return "No account has jobs in the fair store (ready, deferred, delayed or running)."
     states = states or {}
     table = render(
         ["ACCOUNT", "QUEUE", "READY", "RUNNING", "STATE", "RESUMES IN", "LIMIT", "REASON"],
-        [[r.account, r.queue, r.ready, r.running, r.state.label,
-          duration(r.deferred_until - now) if r.deferred_until else "-", limit_text(r.limit),
-          states[(r.queue, r.account)].reason_text if (r.queue, r.account) in states else "-"]
-         for r in page.rows])
+        [[r.account, r.queue, s.ready if s else r.ready, s.running if s else r.running,
+          waiting_text(r, s), duration(r.deferred_until - now) if r.deferred_until else "-",
+          limit_text(r.limit), s.reason_text if s else "-"]
+         for r, s in ((r, states.get((r.queue, r.account))) for r in page.rows)])
     footer = f"{len(page.rows)} rows; {page.accounts_ready} accounts have ready jobs."
     if not page.complete:
         footer += " The listing stopped at --limit; use --account NAME for one account."
@@ -124,8 +138,9 @@ def accounts_report(page: AccountPage, now: float,
 
 def accounts_text(app: Celery, queues: list[str] | None, account: str | None,
                   limit: int) -> str:
-    """The ``accounts`` report of both CLIs: one account in full, or the accounts with ready
-    or running jobs, each with the reason it does not run now."""
+    """The ``accounts`` report of both CLIs: one account in full, or the accounts with any job
+    in the store (ready, deferred, delayed, running), each with the reason it does not run
+    now."""
     inspector = StoreInspector(app)
     if account is not None:
         return account_report(inspector.account_state(account, queues))

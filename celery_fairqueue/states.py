@@ -83,3 +83,12 @@ STATE_CODES: dict[str, tuple[AccountState, DeferReason | None]] = {
 ACCOUNTS_READY = "Accounts ready"
 ACCOUNTS_DEFERRED = "Accounts deferred"
 ACCOUNTS_PAUSED = "Accounts paused"
+
+
+def ready_and_deferred(nready: int, code: str | None) -> tuple[int, int]:
+    """An account's ready jobs (``nready``, its code in the state hash) split as
+    ``fairqueue accounts`` and its ``--account`` view (and the console) count them:
+    (ready for the rotation, deferred). Deferred until a time by its rate or window ("p"), all
+    its ready jobs wait for that time; at its concurrency cap they stay ready."""
+    deferred = nready if code == "p" else 0
+    return nready - deferred, deferred

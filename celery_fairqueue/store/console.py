@@ -20,7 +20,7 @@ from typing import Any
 from ..envelope import Envelope, MalformedEnvelopeError
 from ..limits import AccountLimit, zone
 from ..protocol import normalize_id, task_id_of
-from ..states import DeferReason, Reason
+from ..states import DeferReason, Reason, ready_and_deferred
 from .core import FairStore
 from .keys import decode_id, encode_id
 from .operator import OperatorPause, parse_pause, pause_field
@@ -340,15 +340,14 @@ class ConsoleViews:
             if known:
                 oldest = min(known) if oldest is None else min(oldest, *known)
             complete = complete and len(heads) >= nready  # all read: none beyond the bound
-        # "p": deferred until a time (rate, window): its ready jobs wait for it
-        deferred = nready if state == "p" else 0
+        ready, deferred = ready_and_deferred(nready, state)
         reason, text, until = explain(
             now=now, waiting=nready + delayed_due, running=running, state=state,
             limit_wake=limit_wake, deferral=deferral, limit=limit, pause=pause,
             consumed=consumed)
         return QueueState(
             queue=queue, account=account, reason=reason, reason_text=text, until=until,
-            ready=nready - deferred, deferred=deferred, delayed_due=delayed_due,
+            ready=ready, deferred=deferred, delayed_due=delayed_due,
             delayed_future=max(ndelayed - delayed_due, 0), running=running,
             oldest_waiting=oldest, limit=limit, limit_is_default=not own,
             paused_by=pause.by if pause else None, paused_at=pause.at if pause else None,

@@ -14,7 +14,7 @@ from celery import Celery
 
 from ..envelope import Envelope, MalformedEnvelopeError
 from ..limits import AccountLimit
-from ..states import STATE_CODES, AccountState, DeferReason
+from ..states import STATE_CODES, AccountState, DeferReason, ready_and_deferred
 from .console import ConsoleViews, WorkerInfo
 from .core import store_for
 from .keys import QueueKeys, decode_id, encode_id
@@ -29,6 +29,7 @@ SCAN_LIMIT = 10_000
 def state_of(code: str | None) -> tuple[AccountState, DeferReason | None]:
     """An account's state from its code in a queue's state hash (states.STATE_CODES)."""
     return STATE_CODES.get(code or "", (AccountState.IDLE, None))
+
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,12 @@ class AccountRow:
     deferred_until: float | None
     limit: AccountLimit | None  # its own limit; None when the default applies
     reason: DeferReason | None = None  # why the claim deferred it (state deferred)
+    deferred: int = 0  # ready jobs its limit defers (not in ``ready``), as the one-account view
+    delayed: int = 0  # jobs waiting for their time (eta, countdown, retry backoff), due or not
+
+    @property
+    def has_jobs(self) -> bool:
+        return bool(self.ready or self.deferred or self.delayed or self.running)
 
 
 @dataclass(frozen=True)
@@ -163,8 +170,10 @@ class StoreInspector(ConsoleViews):
 
     def accounts(self, queues: list[str] | None = None, account: str | None = None,
                  limit: int = 50) -> AccountPage:
-        """Ready and running counts, state and limit per account: one account, or up to
-        ``limit`` of those with ready or running jobs, most ready first."""
+        """Ready, deferred, delayed and running counts, state and limit per account: one
+        account, or up to ``limit`` of those with any job in the store, most ready first. The
+        accounts come from the queue's per-account count hashes (ready, running, delayed),
+        read with a bounded HSCAN: never a scan of the jobs."""
         rows: list[AccountRow] = []
         total = 0
         complete = True
@@ -174,12 +183,13 @@ class StoreInspector(ConsoleViews):
             if account is not None:
                 encoded = [encode_id(account)]
             else:
-                encoded, scanned_all = self._scan_fields([qk.nready, qk.running],
+                encoded, scanned_all = self._scan_fields([qk.nready, qk.running, qk.ndelayed],
                                                          limit - len(rows))
                 complete = complete and scanned_all
             rows += [row for row in self._rows(queue, qk, encoded)
-                     if account is not None or row.ready or row.running]
-        rows.sort(key=lambda r: (-r.ready, -r.running, r.account, r.queue))
+                     if account is not None or row.has_jobs]
+        rows.sort(key=lambda r: (-r.ready, -r.deferred, -r.running, -r.delayed, r.account,
+                                 r.queue))
         return AccountPage(rows, total, complete)
 
     def _rows(self, queue: str, qk: QueueKeys, encoded: list[str]) -> list[AccountRow]:
@@ -191,14 +201,16 @@ class StoreInspector(ConsoleViews):
             pipe.zscore(qk.deferred, name)
             pipe.hget(self.keys.limit_config, name)
             pipe.hget(qk.deferrals, name)
+            pipe.hget(qk.ndelayed, name)
         answers = pipe.execute()
         rows = []
         for n, name in enumerate(encoded):
-            ready, running, code, until, limit, deferral = answers[6 * n:6 * n + 6]
+            nready, running, code, until, limit, deferral, delayed = answers[7 * n:7 * n + 7]
             state, reason = state_of(code)
+            ready, deferred = ready_and_deferred(int(nready or 0), code)
             rows.append(AccountRow(
-                queue=queue, account=decode_id(name), ready=int(ready or 0),
-                running=int(running or 0), state=state,
+                queue=queue, account=decode_id(name), ready=ready, deferred=deferred,
+                delayed=int(delayed or 0), running=int(running or 0), state=state,
                 deferred_until=float(until) if until is not None else None,
                 limit=AccountLimit.from_json(limit) if limit else None,
                 reason=(deferral_reason(deferral) or reason)
