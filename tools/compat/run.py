@@ -89,7 +89,8 @@ class Shard:
             **os.environ,
             "TEST_BROKER": self.server.url, "TEST_BACKEND": self.server.url,
             "REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(self.server.port),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE),
+            # this checkout's celery_fairqueue, not the one the venv installed (a worktree's)
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), str(ROOT),
                                                         os.environ.get("PYTHONPATH")])),
         }
         argv = [
