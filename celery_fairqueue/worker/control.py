@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -86,7 +86,7 @@ def _query_task(reply: dict[str, Any], delayed: DelayedJobs, ids: Any,
     if not missing:
         return reply
     found = {entry["request"]["id"]: ("scheduled", entry["request"])
-             for entry in delayed.entries() if entry["request"]["id"] in missing}
+             for entry in delayed.entries(missing)}
     return {**reply, **found}
 
 
@@ -119,12 +119,16 @@ class DelayedJobs:
         return [queue for queue in self.queues
                 if min([me, *((w.name, w.id) for w in workers if queue in w.queues)]) == me]
 
-    def entries(self) -> list[dict[str, Any]]:
-        """Celery's ``inspect scheduled`` entries of the jobs this worker answers for."""
+    def entries(self, task_ids: Collection[str] | None = None) -> list[dict[str, Any]]:
+        """Celery's ``inspect scheduled`` entries of the jobs this worker answers for (of the
+        tasks ``task_ids`` only, when given)."""
         queues = self.reported_queues()
         if not queues:
             return []
-        return list(self._entries(self.inspector.scheduled(queues, MAX_LISTED)))
+        jobs = self.inspector.scheduled(queues, MAX_LISTED)
+        if task_ids is not None:
+            jobs = [job for job in jobs if task_id_of(job.job_id) in task_ids]
+        return list(self._entries(jobs))
 
     def _entries(self, jobs: Iterable[ScheduledJob]) -> Iterator[dict[str, Any]]:
         for job in jobs:
