@@ -206,8 +206,8 @@ def run_now(ctx: click.Context, task_ids: tuple[str, ...], **kwargs: Any) -> Non
 def scheduled(ctx: click.Context, queues: list[str] | None, limit: int, **kwargs: Any) -> None:
     """Fair jobs waiting for their time (eta, countdown, retry backoff), soonest first.
 
-    They wait in the fair store, not in a worker, so `celery inspect scheduled` does not show
-    them."""
+    They wait in the fair store, not in a worker; `celery inspect scheduled` lists them too, each
+    under one worker that consumes its queue."""
     inspector = StoreInspector(_app(ctx))
     ctx.obj.echo(scheduled_report(inspector.scheduled(queues, limit),
                                   inspector.store.server_time()))

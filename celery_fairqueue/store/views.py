@@ -103,6 +103,7 @@ class ScheduledJob:
     due: float  # Redis server time at which it becomes ready
     account: str | None
     task: str | None
+    envelope: str | None = field(default=None, repr=False)  # its Celery message, as stored
 
 
 def deferral_reason(raw: str | bytes | None) -> DeferReason | None:
@@ -253,5 +254,5 @@ class StoreInspector(ConsoleViews):
             for (job_id, when), meta, envelope in zip(due, metas, envelopes, strict=True):
                 found.append(ScheduledJob(
                     queue, job_id, float(when),
-                    meta_account(meta), _task_name(envelope)))
+                    meta_account(meta), _task_name(envelope), envelope))
         return sorted(found, key=lambda job: job.due)[:limit]

@@ -27,7 +27,9 @@ class FairRequest(Request):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # The store held the job until its eta; Celery's strategy must not hold it again (in
-        # the worker's memory, outside the slot count). The task still sees its eta.
+        # the worker's memory, outside the slot count). The task still sees its eta, and
+        # `inspect scheduled` lists a delayed job with it (worker/control.py).
+        self.message_eta: Any = self._eta  # type: ignore[has-type]
         self._eta = None
         self._failed = False
 

@@ -7,6 +7,7 @@ from typing import Any
 from celery import Celery, bootsteps
 from kombu.transport.redis import Transport as RedisTransport
 
+from .control import install_control_commands
 from .dispatcher import FairDispatcher
 
 # How long a fair worker's BRPOP on a Redis broker waits before it asks again: kombu's
@@ -42,6 +43,7 @@ class FairConsumerStep(bootsteps.StartStopStep):
         super().__init__(c, **kwargs)
         self.dispatcher: FairDispatcher | None = None
         pace_broker_polling(c.app)  # before the Connection step connects to the broker
+        install_control_commands()  # inspect scheduled, query_task: the delayed fair jobs
 
     def start(self, c: Any) -> None:
         if self.dispatcher is None:

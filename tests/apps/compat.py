@@ -3,6 +3,7 @@ app: tasks without an account fall back to ``fairqueue_default_account``, Celery
 on the broker, and the tasks use Celery's own retry options."""
 
 import os
+import time
 
 import redis
 from celery import Celery
@@ -75,3 +76,17 @@ def total(numbers):
 def replaced_total(self, numbers):
     """A chord body that replaces itself."""
     raise self.replace(total.s(numbers))
+
+
+@app.task
+def nap(seconds):
+    """Runs ``seconds`` long, for the remote-control queries of a running job."""
+    time.sleep(seconds)
+    return seconds
+
+
+@app.task(acks_late=False)
+def nap_acked_early(seconds):
+    """:func:`nap`, acked before it runs, as Celery's tasks are by default."""
+    time.sleep(seconds)
+    return seconds

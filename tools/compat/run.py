@@ -70,6 +70,14 @@ def celery_tests(version: str) -> Path:
     return target
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a pytest process, which runs in the unpacked sdist: the plugin and
+    this checkout's ``celery_fairqueue`` come first on its path, not the copy the venv may have
+    installed from another checkout."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(HERE), str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
 @dataclass
 class Shard:
     """One pytest process of one mode, with its own redis-server and embedded worker."""
@@ -86,11 +94,9 @@ class Shard:
     def start(self, source: Path, timeout: float, select: str | None) -> None:
         self.server = RedisServer(self.out / f"redis-{self.name}").start()
         env = {
-            **os.environ,
+            **child_env(),
             "TEST_BROKER": self.server.url, "TEST_BACKEND": self.server.url,
             "REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(self.server.port),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE),
-                                                        os.environ.get("PYTHONPATH")])),
         }
         argv = [
             sys.executable, "-m", "pytest",
