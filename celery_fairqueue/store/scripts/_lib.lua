@@ -14,12 +14,12 @@ local EVENTS_MAXLEN = 1000000
 
 -- Redis's clock, read once per script run; now_text() is it as a script argument (a Lua number
 -- would be formatted again by every command that takes it).
-local clock, clock_text, clock_stamp = nil, nil, nil
+local clock, clock_text, clock_micros = nil, nil, nil
 local function now_seconds()
   if not clock then
     local t = redis.call('TIME')
     clock = tonumber(t[1]) + tonumber(t[2]) / 1000000
-    clock_stamp = t[1] .. string.format('%06d', tonumber(t[2]))
+    clock_micros = tonumber(t[1]) * 1000000 + tonumber(t[2])  -- exact: below 2^53
   end
   return clock
 end
@@ -88,18 +88,32 @@ local function split_member(member)
   return string.match(member, '^([^|]*)|([^|]*)|(.*)$')
 end
 
--- A rotation member (QueueKeys.tags) is "stamp account": the stamp (Redis time in microseconds
--- and a count within the script, fixed width) orders accounts of equal virtual tags by when
--- they got it, first come first served, as the ring did before weights.
+-- A rotation member (QueueKeys.tags) is "stamp account": the stamp orders accounts of equal
+-- virtual tags by when they got it, first come first served, as the ring did before weights.
+-- It is Redis time in microseconds (9 digits) and a count within the script (2 digits), in
+-- base 62 with digits in ASCII order, so that lex order is time order (until the year 2398);
+-- short, as every account waiting in a queue has one.
+local DIGITS62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
 local stamps = 0
+
+local function base62(n, width)
+  local out = ''
+  for _ = 1, width do
+    local d = n % 62
+    out = string.sub(DIGITS62, d + 1, d + 1) .. out
+    n = (n - d) / 62
+  end
+  return out
+end
+
 local function rotation_member(account)
   now_seconds()
   stamps = stamps + 1
-  return clock_stamp .. string.format('%05d', stamps) .. ' ' .. account
+  return base62(clock_micros, 9) .. base62(stamps, 2) .. ' ' .. account
 end
 
 local function split_rotation_member(member)
-  return string.match(member, '^%d+ (%S+)$')
+  return string.match(member, '^%w+ (%S+)$')
 end
 
 -- A packed limit is "rate burst concurrency windows weight" (limits.AccountLimit.pack): rate in
