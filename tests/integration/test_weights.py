@@ -1,11 +1,16 @@
 """Weighted fair share in the claim, on a real redis-server: start-time fair queueing over
 virtual tags (claim.lua, join_rotation in _lib.lua)."""
 
+import json
 from collections import Counter
 
+import pytest
+
+from celery_fairqueue import set_account_limit
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.store import FairStore
 from celery_fairqueue.store.keys import encode_id
+from tests.harness import wait_until
 from tests.harness.store_tools import claim_jobs, enqueue_many
 
 NO_LIMIT = AccountLimit().pack(0)
@@ -143,3 +148,27 @@ def test_an_empty_rotation_leaves_no_virtual_time_behind(store, redis_client):
     claims(store, 10)
     qk = store.keys.queue("default")
     assert not redis_client.exists(qk.tags, qk.finish, qk.ring)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_real_workers_share_in_proportion_to_weights(fair, celery_worker_factory, redis_client,
+                                                     figure, workers):
+    """Weights 1, 2 and 4, all backlogged, 20 ms jobs, workers of 4 threads: among the first
+    700 completions each account's share is within 5 % (relative) of 1/7, 2/7 and 4/7."""
+    weights = {"one": 1, "two": 2, "four": 4}
+    for account, weight in weights.items():
+        set_account_limit(fair.app, account, weight=weight)
+    for n in range(450):
+        for account in weights:
+            fair.job.delay(account, n, 0.02)
+    for _ in range(workers):
+        celery_worker_factory("tests.apps.fair", concurrency=4)
+    assert wait_until(lambda: redis_client.llen("runs") >= 700, timeout=90)
+    first = [json.loads(r)["account"] for r in redis_client.lrange("runs", 0, 699)]
+    shares = {a: Counter(first)[a] / 700 for a in weights}
+    figure(f"weights 1:2:4, {workers} worker(s) x 4 threads, 20 ms jobs, first 700 "
+           "completions: " + ", ".join(f"{a} {shares[a]:.4f} (entitled {w / 7:.4f})"
+                                       for a, w in weights.items()))
+    for account, weight in weights.items():
+        assert abs(shares[account] / (weight / 7) - 1) <= 0.05, shares
