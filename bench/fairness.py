@@ -8,6 +8,11 @@
 (3) Rate limit: one account limited to 20/s over 2 worker processes x 4 threads next to an
     unlimited account. Prints the achieved rate (FairTask's account limit, and plain Celery's
     ``rate_limit="20/s"``) and the unlimited account's throughput beside its throughput alone.
+(4) Weights: accounts of weight 1, 2 and 4, all backlogged with 20 ms jobs, on 1 and then 2
+    workers of 4 threads: each account's share of the first 700 completions against its
+    entitlement (1/7, 2/7, 4/7). Then an account of weight 4 limited to 20/s beside an unlimited
+    one (10 ms jobs, 2 workers x 4 threads): the limited one gets no more than its rate and the
+    unlimited one keeps its throughput alone (work conserving).
 """
 
 from __future__ import annotations
@@ -130,10 +135,78 @@ def report_rate(server, quick: bool) -> bool:
     return ok
 
 
+WEIGHTS = {"w1": 1, "w2": 2, "w4": 4}
+
+
+def weighted_shares(server, worker_count: int, first: int = 700) -> dict[str, float]:
+    from bench import app
+
+    client = server.client()
+    client.flushall()
+    for account, weight in WEIGHTS.items():
+        set_account_limit(app.app, account, weight=weight)
+    for _ in range(first):  # enough that every account stays backlogged
+        for account in WEIGHTS:
+            app.fair_job.delay(account, time.time(), JOB_SECONDS)
+    with workers(server, worker_count, pool="threads", concurrency=SLOTS):
+        wait_for_runs(client, first, timeout=first * JOB_SECONDS + 120)
+    done = sorted(runs(client), key=lambda r: r[3])[:first]
+    return {account: sum(1 for r in done if r[0] == account) / first for account in WEIGHTS}
+
+
+def limited_weight_phase(server, limited_jobs: int, free_jobs: int) -> dict:
+    """rate_phase with 10 ms jobs and the limited account at weight 4."""
+    from bench import app
+
+    client = server.client()
+    client.flushall()
+    set_account_limit(app.app, "limited", rate="20/s", burst=2, weight=4)
+    for n in range(max(limited_jobs, free_jobs)):
+        if n < limited_jobs:
+            app.fair_job.delay("limited", time.time(), 0.0)
+        if n < free_jobs:
+            app.fair_job.delay("free", time.time(), 0.01)
+    with workers(server, 2, pool="threads", concurrency=4):
+        wait_for_runs(client, limited_jobs + free_jobs, timeout=limited_jobs / 10 + 120)
+    rows = runs(client)
+    starts = sorted(r[2] for r in rows if r[0] == "limited")
+    free_rows = [r for r in rows if r[0] == "free"]
+    span = max(r[3] for r in free_rows) - min(r[2] for r in free_rows)
+    rate = (len(starts) - 1) / (starts[-1] - starts[0]) if len(starts) > 1 else float("nan")
+    return {"rate": rate, "free_throughput": len(free_rows) / span}
+
+
+def report_weighted(server, quick: bool) -> bool:
+    ok = True
+    print("\n(4) weights 1:2:4, all backlogged, 20 ms jobs, first 700 completions "
+          "(acceptance: each share within +-5 % of its entitlement)")
+    for count in (1, 2):
+        shares = weighted_shares(server, count)
+        total = sum(WEIGHTS.values())
+        cells = []
+        for account, weight in WEIGHTS.items():
+            off = shares[account] / (weight / total) - 1
+            ok &= abs(off) <= 0.05
+            cells.append(f"{account} {shares[account]:.3f} vs {weight}/{total} = "
+                         f"{weight / total:.3f} ({off * 100:+.1f}%)")
+        print(f"    {count} worker(s) x {SLOTS} threads: " + "; ".join(cells))
+    limited_jobs, free_jobs, rounds = (60, 800, 1) if quick else (200, 3000, 3)
+    alone = max((limited_weight_phase(server, 0, free_jobs) for _ in range(rounds)),
+                key=lambda r: r["free_throughput"])
+    mixed = max((limited_weight_phase(server, limited_jobs, free_jobs) for _ in range(rounds)),
+                key=lambda r: r["free_throughput"])
+    kept = ratio(mixed["free_throughput"], alone["free_throughput"])
+    print(f"    weight 4 limited to 20/s (burst 2) beside an unlimited account, 10 ms jobs, "
+          f"2 workers x 4 threads, best of {rounds}: achieved {mixed['rate']:.1f}/s; unlimited "
+          f"{mixed['free_throughput']:.1f} jobs/s vs {alone['free_throughput']:.1f} alone = "
+          f"{kept:.2f} (acceptance: rate <= 20/s +5 %, kept >= 0.95)")
+    return ok and mixed["rate"] <= 21 and kept >= 0.95
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller workloads")
-    parser.add_argument("--only", choices=["whale", "rate"])
+    parser.add_argument("--only", choices=["whale", "rate", "weighted"])
     options = parser.parse_args()
     ok = True
     with redis_server() as server:
@@ -141,6 +214,8 @@ def main() -> None:
             ok &= report_whale(server, options.quick)
         if options.only in (None, "rate"):
             ok &= report_rate(server, options.quick)
+        if options.only in (None, "weighted"):
+            ok &= report_weighted(server, options.quick)
     print("\nall acceptance figures met" if ok else "\nSOME ACCEPTANCE FIGURES NOT MET")
 
 

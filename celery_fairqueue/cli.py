@@ -25,7 +25,6 @@ from celery.utils.text import pluralize
 from .errors import DeadLetterNotFound, InvalidLimitError, StoreUnavailableError
 from .install import pause as pause_account
 from .install import resume as resume_account
-from .limits import AccountLimit
 from .reports import (
     BatchOutcome,
     PurgeSelectionError,
@@ -35,6 +34,7 @@ from .reports import (
     default_limit_text,
     failure_lines,
     jobs_report,
+    limits_command,
     named_letters_report,
     pause_report,
     purge_each,
@@ -218,6 +218,13 @@ def scheduled(ctx: click.Context, queues: list[str] | None, limit: int, **kwargs
               help_group="Limit Options",
               help="Set the store's default limit (for accounts without their own) to the "
                    "options given; every worker applies it from its next claim.")
+@click.option("--account", cls=CeleryOption, help_group="Limit Options",
+              help="Set this account's own limit to the options given (show it when none is "
+                   "given); every worker applies it from its next claim.")
+@click.option("--clear", cls=CeleryOption, is_flag=True, help_group="Limit Options",
+              help="With --account: drop its own limit; the default applies again.")
+@click.option("--weight", cls=CeleryOption, type=int, help_group="Limit Options",
+              help="Share of the claim beside accounts of weight 1 (default 1).")
 @click.option("--rate", cls=CeleryOption, help_group="Limit Options",
               help="Rate in Celery's format, e.g. 10/s.")
 @click.option("--burst", cls=CeleryOption, type=float, help_group="Limit Options",
@@ -229,21 +236,23 @@ def scheduled(ctx: click.Context, queues: list[str] | None, limit: int, **kwargs
 @click.option("--tz", cls=CeleryOption, help_group="Limit Options",
               help="Time zone of the window.")
 @click.pass_context
-def limits(ctx: click.Context, set_default: bool, rate: str | None, burst: float | None,
+def limits(ctx: click.Context, set_default: bool, account: str | None, clear: bool,
+           weight: int | None, rate: str | None, burst: float | None,
            concurrency: int | None, window: str | None, tz: str | None,
            **kwargs: Any) -> None:
-    """The store's default limit; with --default, set it (no other option: no limit)."""
-    store = store_for(_app(ctx))
-    if set_default:
-        try:
-            store.set_default_limit(AccountLimit(rate=rate, burst=burst,
-                                                 concurrency=concurrency, window=window, tz=tz))
-        except InvalidLimitError as exc:
-            raise click.UsageError(str(exc)) from None
-    elif any(v is not None for v in (rate, burst, concurrency, window, tz)):
-        raise click.UsageError("--rate, --burst, --concurrency, --window and --tz set the "
-                               "default limit: add --default")
-    ctx.obj.echo(default_limit_text(store.default_limit()))
+    """The store's default limit and the accounts' own limits with their weights; with
+    --default or --account, set one (no other option: no limit, weight 1)."""
+    app = _app(ctx)
+    store = store_for(app)
+    given = {"rate": rate, "burst": burst, "concurrency": concurrency, "window": window,
+             "tz": tz, "weight": weight}
+    try:
+        ctx.obj.echo(limits_command(app, set_default=set_default, account=account, clear=clear,
+                                    given=given))
+    except InvalidLimitError as exc:
+        raise click.UsageError(str(exc)) from None
+    if account is None:
+        ctx.obj.echo(default_limit_text(store.default_limit()))
 
 
 @fairqueue.group()

@@ -8,7 +8,7 @@ from typing import Any
 from celery import Celery
 from celery.utils.imports import symbol_by_name
 
-from .errors import StoreUnavailableError
+from .errors import InvalidLimitError, StoreUnavailableError
 from .limits import AccountLimit
 from .protocol import task_id_of
 from .publish import install_publish_path
@@ -48,19 +48,26 @@ def install(app: Celery) -> Celery:
 
 def set_account_limit(app: Celery, account: str, *, rate: str | None = None,
                       burst: float | None = None, concurrency: int | None = None,
-                      window: str | None = None, tz: str | None = None) -> AccountLimit:
-    """Limit one account; running workers apply it from their next claim."""
-    limit = AccountLimit(rate=rate, burst=burst, concurrency=concurrency, window=window, tz=tz)
+                      window: str | None = None, tz: str | None = None,
+                      weight: int = 1) -> AccountLimit:
+    """Limit one account and set its weight (its share of the claim beside accounts of weight
+    1); running workers apply it from their next claim, to jobs already waiting too."""
+    try:
+        limit = AccountLimit(rate=rate, burst=burst, concurrency=concurrency, window=window,
+                             tz=tz, weight=weight)
+    except InvalidLimitError as exc:
+        raise InvalidLimitError(f"account {str(account)[:200]!r}: {exc}") from None
     store_for(app).set_limit(str(account), limit)
     return limit
 
 
 def set_default_limit(app: Celery, *, rate: str | None = None, burst: float | None = None,
                       concurrency: int | None = None, window: str | None = None,
-                      tz: str | None = None) -> AccountLimit:
+                      tz: str | None = None, weight: int = 1) -> AccountLimit:
     """The store's default limit, for accounts without their own; every worker applies it from
     its next claim (the ``fairqueue_default_*`` settings only seed it, by the first worker)."""
-    limit = AccountLimit(rate=rate, burst=burst, concurrency=concurrency, window=window, tz=tz)
+    limit = AccountLimit(rate=rate, burst=burst, concurrency=concurrency, window=window, tz=tz,
+                         weight=weight)
     return store_for(app).set_default_limit(limit)
 
 

@@ -1,7 +1,9 @@
 """Per-account limits: token-bucket rate, burst, concurrency cap and a working-hours window.
 
 A limit is stored twice in Redis: its configuration as given (JSON, for display and refresh),
-and a packed form the claim script reads, "rate burst concurrency windows". Lua has no time
+and a packed form the claim script reads, "rate burst concurrency windows[ weight]". The weight
+is the account's share of the claim when every account is backlogged (start-time fair queueing
+in claim.lua: an account of weight 4 gets four turns to one of weight 1). Lua has no time
 zones, so the window is turned here, with zoneinfo, into the next days' open/close instants in
 epoch seconds; DST is handled by zoneinfo, and workers refresh the schedule before it runs out.
 """
@@ -20,18 +22,23 @@ from .errors import InvalidLimitError
 
 WINDOW_RE = re.compile(r"^(\d{2}):(\d{2})-(\d{2}):(\d{2})$")
 SCHEDULE_DAYS = 8
+#: The largest weight: claim.lua advances an account's virtual tag by VIRTUAL_TURN // weight
+#: per job served, so up to here each step is exact to 0.1 % (see claim.lua).
+MAX_WEIGHT = 1000
 
 
 @dataclass(frozen=True)
 class AccountLimit:
     """What an account may do: ``rate`` in Celery's format ("10/s", "100/m"), ``burst`` tokens,
-    at most ``concurrency`` jobs running, only inside ``window`` ("09:00-17:00") in ``tz``."""
+    at most ``concurrency`` jobs running, only inside ``window`` ("09:00-17:00") in ``tz``,
+    and ``weight`` turns of the claim to one of an account of weight 1 while both wait."""
 
     rate: str | None = None
     burst: float | None = None
     concurrency: int | None = None
     window: str | None = None
     tz: str | None = None
+    weight: int = 1
 
     def __post_init__(self) -> None:
         self.validate()
@@ -57,6 +64,10 @@ class AccountLimit:
             not isinstance(self.concurrency, int) or self.concurrency < 1
         ):
             raise InvalidLimitError(f"concurrency {self.concurrency!r} must be an integer >= 1")
+        if (isinstance(self.weight, bool) or not isinstance(self.weight, int)
+                or not 1 <= self.weight <= MAX_WEIGHT):
+            raise InvalidLimitError(
+                f"weight {self.weight!r} must be a whole number from 1 to {MAX_WEIGHT}")
         if self.window is not None:
             parse_window(self.window)
         if self.tz is not None:
@@ -68,7 +79,9 @@ class AccountLimit:
         windows = "-"
         if self.window:
             windows = ";".join(f"{o:.3f},{c:.3f}" for o, c in self.schedule(now)) or "-"
-        return f"{self.per_second:.17g} {burst:.17g} {self.concurrency or 0} {windows}"
+        # weight 1 is left out: the form stores held before weights, which the claim reads as 1
+        weight = f" {self.weight}" if self.weight != 1 else ""
+        return f"{self.per_second:.17g} {burst:.17g} {self.concurrency or 0} {windows}{weight}"
 
     def schedule(self, now: float, days: int = SCHEDULE_DAYS) -> list[tuple[float, float]]:
         """Open/close instants (epoch seconds) of the window that end after ``now``."""
@@ -87,7 +100,10 @@ class AccountLimit:
         return spans
 
     def to_json(self) -> str:
-        return json.dumps({k: v for k, v in asdict(self).items() if v is not None}, sort_keys=True)
+        """The limit as configured; the default weight (1) is left out, as limits stored
+        before weights existed were."""
+        return json.dumps({k: v for k, v in asdict(self).items()
+                           if v is not None and not (k == "weight" and v == 1)}, sort_keys=True)
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> AccountLimit:

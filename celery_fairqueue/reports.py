@@ -8,17 +8,18 @@ sub-command is for whoever can reach Redis).
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Celery
 from celery.utils.text import pluralize
 
-from .errors import DeadLetterNotFound, FairqueueError, StoreUnavailableError
+from .errors import DeadLetterNotFound, FairqueueError, InvalidLimitError, StoreUnavailableError
 from .idempotency import bound_arguments
-from .install import cancel, run_now
+from .install import cancel, clear_account_limit, run_now, set_account_limit
 from .limits import AccountLimit
 from .redaction import redact_arguments
 from .states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, ACCOUNTS_READY
@@ -94,6 +95,8 @@ def limit_text(limit: AccountLimit | None) -> str:
         parts.append(f"{limit.concurrency} at once")
     if limit.window:
         parts.append(f"{limit.window} {limit.tz or 'UTC'}")
+    if limit.weight != 1:
+        parts.append(f"weight {limit.weight}")
     return ", ".join(parts) or "none"
 
 
@@ -113,6 +116,43 @@ def waiting_text(row: AccountRow, state: QueueState | None) -> str:
         (row.deferred, "deferred"), (row.delayed, "delayed"))
     parts = [f"{count} {word}" for count, word in counts if count]
     return row.state.label + (f" ({', '.join(parts)})" if parts else "")
+
+
+def limits_command(app: Celery, *, set_default: bool, account: str | None, clear: bool,
+                   given: Mapping[str, Any]) -> str:
+    """What `fairqueue limits` does in both CLIs: set the store's default limit, or an
+    account's own limit (rate, burst, concurrency, window, tz, weight: those ``given`` that are
+    not None), or clear it; or list the accounts' own limits. Returns the text to print above
+    the default limit's line; raises InvalidLimitError (usage errors too) with the reason."""
+    options = {name: value for name, value in given.items() if value is not None}
+    store = store_for(app)
+    if set_default and (account is not None or clear):
+        raise InvalidLimitError("--default sets the default limit: no --account or --clear")
+    if set_default:
+        store.set_default_limit(AccountLimit(**options))
+        return ""
+    if account is None:
+        if options or clear:
+            raise InvalidLimitError(f"--{', --'.join(options) or 'clear'} set a limit: add "
+                                    "--default (the default limit) or --account")
+        return account_limits_text(store.limits())
+    if clear:
+        clear_account_limit(app, account)
+    elif options:
+        set_account_limit(app, account, **options)
+    own = store.get_limit(account)
+    if own is None:
+        return f"Account {account!r}: no limit of its own, the default applies"
+    return f"Account {account!r}: {limit_text(own)}; weight {own.weight}"
+
+
+def account_limits_text(limits: Iterable[tuple[str, AccountLimit]], most: int = 200) -> str:
+    """The accounts' own limits with their weights (`fairqueue limits`), up to ``most``."""
+    rows = [[account, limit_text(limit), str(limit.weight)]
+            for account, limit in itertools.islice(limits, most)]
+    if not rows:
+        return "No account has a limit of its own."
+    return render(["ACCOUNT", "LIMIT", "WEIGHT"], rows)
 
 
 def accounts_report(page: AccountPage, now: float,

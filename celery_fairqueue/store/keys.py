@@ -30,7 +30,7 @@ GLOBAL_KEY_NAMES = ("jobs", "meta", "job_keys", "done", "leases", "owners", "lim
 #: id never is "*" (encode_id escapes it).
 DEFAULT_LIMIT_FIELD = "*"
 QUEUE_KEY_NAMES = ("ring", "state", "ready", "nready", "deferred", "delayed", "running",
-                   "waiting", "started", "ndelayed", "deferrals")
+                   "waiting", "started", "ndelayed", "deferrals", "tags", "finish")
 #: Key suffixes that differ from their QueueKeys name: the deferred set's key keeps the suffix
 #: it had when "paused" still meant a limit's deferral, so a store upgraded mid-flight keeps
 #: its deferred accounts.
@@ -42,10 +42,12 @@ MAX_CACHED_QUEUES = 1024  # Keys.queue's made QueueKeys, by queue name
 class QueueKeys:
     """The keys of one fair queue, in the order the scripts expect them."""
 
-    ring: str  # list of accounts with ready jobs, rotated by claim
-    state: str  # hash account -> r (in ring) | p (deferred by its rate or window) | c (deferred
-    #             at its concurrency cap) | o (paused by an operator; see Keys.pauses); the
-    #             codes are states.STATE_CODES
+    ring: str  # list of accounts with ready jobs: the rotation of stores written before
+    #           weights; the scripts only drain it into ``tags`` (upgrade), and its name
+    #           gives the queue's wake channel
+    state: str  # hash account -> r (in the rotation, tags) | p (deferred by its rate or
+    #             window) | c (deferred at its concurrency cap) | o (paused by an operator; see
+    #             Keys.pauses); the codes are states.STATE_CODES
     ready: str  # sorted set, score 0, members "account|seq|job_id": per-account FIFO by lex
     nready: str  # hash account -> number of ready jobs
     deferred: str  # sorted set account -> time its limit lets it run again (key suffix
@@ -56,6 +58,11 @@ class QueueKeys:
     started: str  # hash job_id -> time its running lease was taken
     ndelayed: str  # hash account -> number of delayed jobs
     deferrals: str  # hash account -> why the claim deferred it and until when (records.Deferral)
+    tags: str  # sorted set "stamp account" -> virtual start tag: the rotation (start-time fair
+    #           queueing, claim.lua); the accounts whose state is r
+    finish: str  # sorted set account -> virtual tag it left the rotation with when it ran out
+    #             of ready jobs: it rejoins no earlier; trimmed by reap, emptied with the
+    #             rotation (virtual time starts again at 0 when no account waits)
 
     @cached_property
     def keys(self) -> tuple[str, ...]:

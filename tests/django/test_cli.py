@@ -341,3 +341,36 @@ def test_limits_default_sets_the_stores_default_limit_and_status_reports_it(rel,
     assert "Default limit: 10/s, 2 at once" in celery("status", redis_url=redis_url).stdout
     refused = celery("limits", "--rate", "5/s", redis_url=redis_url)
     assert refused.returncode != 0 and "--default" in refused.stderr
+
+
+def test_limits_account_sets_shows_and_clears_an_accounts_weight(rel, redis_url):
+    changed = celery("limits", "--account", "acme", "--weight", "4", "--rate", "10/s",
+                     redis_url=redis_url)
+    assert changed.returncode == 0, changed.stderr
+    assert "Account 'acme': 10/s, weight 4; weight 4" in changed.stdout
+    assert celery_fairqueue.get_account_limit(rel.app, "acme") == celery_fairqueue.AccountLimit(
+        rate="10/s", weight=4)
+    listing = celery("limits", redis_url=redis_url)
+    assert re.search(r"acme\s+10/s, weight 4\s+4", listing.stdout), listing.stdout
+    for bad in ("0", "-3", "1001", "2.5", "99999999999999999999999"):
+        refused = celery("limits", "--account", "acme", "--weight", bad, redis_url=redis_url)
+        assert refused.returncode != 0 and "weight" in refused.stderr, (bad, refused.stderr)
+    assert celery_fairqueue.get_account_limit(rel.app, "acme").weight == 4
+    cleared = celery("limits", "--account", "acme", "--clear", redis_url=redis_url)
+    assert "no limit of its own" in cleared.stdout
+    assert celery_fairqueue.get_account_limit(rel.app, "acme") is None
+
+
+@pytest.mark.django_db
+def test_manage_limits_sets_an_accounts_weight_with_the_permission(rel):
+    User.objects.create_user("ann")
+    User.objects.create_superuser("root")
+    with pytest.raises(CommandError, match="lacks the permission"):
+        manage("limits", "--account", "acme", "--weight", "3", "--user", "ann")
+    with pytest.raises(CommandError, match="--user"):
+        manage("limits", "--account", "acme", "--weight", "3")
+    assert "weight 3" in manage("limits", "--account", "acme", "--weight", "3", "--user", "root")
+    assert celery_fairqueue.get_account_limit(rel.app, "acme").weight == 3
+    assert re.search(r"acme\s+weight 3\s+3", manage("limits"))
+    with pytest.raises(CommandError, match="weight 0 must be"):
+        manage("limits", "--account", "acme", "--weight", "0", "--user", "root")

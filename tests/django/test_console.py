@@ -237,3 +237,34 @@ def test_throughput_counts_each_minute_and_keeps_the_finished_ones(rel):
     overview = reverse("admin:celery_fairqueue_account_changelist")
     svg = logged_in(staff(*VIEWER)).get(overview).content.decode()
     assert "<svg" in svg and "4 succeeded, 1 dead-lettered" in svg
+
+
+def test_the_account_page_shows_its_weight_and_share_beside_its_entitled_share(rel):
+    """acme (weight 4), beta (weight 2, mirrored in the admin) and gamma (default 1) completed
+    jobs in the last hour: acme is entitled to 4/7 and got 40 of 100."""
+    from celery_fairqueue import set_account_limit
+    from celery_fairqueue.contrib.django.models import AccountLimit
+
+    set_account_limit(rel.app, "acme", weight=4)
+    set_account_limit(rel.app, "beta", weight=2)
+    AccountLimit.mirror_store()
+    now = timezone.now()
+    for account, count in (("acme", 40), ("beta", 30), ("gamma", 30)):
+        for n in range(count):
+            Job.objects.create(job_key=f"{account}{n}", task_id=f"{account}{n}", task=SEND,
+                               queue="celery", account=account, status="succeeded",
+                               finished_at=now - timedelta(minutes=5))
+    Job.objects.create(job_key="old", task_id="old", task=SEND, queue="celery", account="beta",
+                       status="succeeded", finished_at=now - timedelta(hours=2))
+    client = logged_in(staff(*VIEWER, "edit_account_limit"))
+    response = client.get(account_url("acme"))
+    share = response.context["share"]
+    assert response.context["weight"] == 4
+    assert share["share"] == pytest.approx(0.4) and share["entitled"] == pytest.approx(4 / 7)
+    text = response.content.decode()
+    assert "Weight 4: entitled to 0.571" in text and "got 0.400 (40 of 100 jobs)" in text
+    assert 'name="weight" value="4"' in text
+    response = client.post(action_url(), {"action": "limit", "account": "acme", "weight": "0"})
+    assert get_account_limit(rel.app, "acme").weight == 4  # refused: weight 0
+    client.post(action_url(), {"action": "limit", "account": "acme", "weight": "2"})
+    assert get_account_limit(rel.app, "acme").weight == 2

@@ -4,9 +4,13 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import pytest
+from celery import Celery
+from hypothesis import given
+from hypothesis import strategies as st
 
+from celery_fairqueue import set_account_limit
 from celery_fairqueue.errors import InvalidLimitError
-from celery_fairqueue.limits import AccountLimit
+from celery_fairqueue.limits import MAX_WEIGHT, AccountLimit
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -73,3 +77,28 @@ def test_limit_round_trips_through_json():
     limit = AccountLimit(rate="10/s", burst=10, concurrency=2, window="09:00-17:00",
                          tz="Europe/Berlin")
     assert AccountLimit.from_json(limit.to_json()) == limit
+
+
+@given(st.one_of(st.integers(max_value=0), st.integers(min_value=MAX_WEIGHT + 1),
+                 st.just(10 ** 400), st.floats(allow_nan=True, allow_infinity=True),
+                 st.booleans(), st.text(max_size=30), st.none()))
+def test_a_weight_that_is_not_a_whole_number_from_1_to_the_maximum_is_refused(weight):
+    with pytest.raises(InvalidLimitError, match="weight"):
+        AccountLimit(weight=weight)
+
+
+@given(st.text(max_size=10_000), st.sampled_from([0, -1, 2.5, True, 10 ** 30]))
+def test_set_account_limit_names_the_account_and_the_setting(account, weight):
+    """The weight is refused before the store is asked: no Redis needed."""
+    with pytest.raises(InvalidLimitError) as raised:
+        set_account_limit(Celery("limits"), account, weight=weight)
+    assert "weight" in str(raised.value)
+    assert repr(account[:200]) in str(raised.value)
+
+
+def test_a_weight_is_packed_after_the_window_and_left_out_when_it_is_1():
+    assert AccountLimit(weight=4).pack(0) == "0 1 0 - 4"
+    assert AccountLimit(weight=1).pack(0) == AccountLimit().pack(0) == "0 1 0 -"
+    assert AccountLimit.from_json(AccountLimit(weight=7).to_json()).weight == 7
+    assert AccountLimit.from_json(AccountLimit(rate="1/s").to_json()).weight == 1
+    assert "weight" not in AccountLimit(rate="1/s").to_json()

@@ -135,17 +135,19 @@ def set_limit(user: User, data: QueryDict) -> Done:
         clear_account_limit(app, account)
         text = f"Cleared the limit of account {account!r} (the default applies)"
     else:
+        weight = _number(data, "weight", int)
         try:
             limit = Limit(rate=data.get("rate", "").strip() or None,
                           burst=_number(data, "burst", float),
                           concurrency=_number(data, "concurrency", int),  # type: ignore[arg-type]
                           window=data.get("window", "").strip() or None,
-                          tz=data.get("tz", "").strip() or None)
+                          tz=data.get("tz", "").strip() or None,
+                          weight=1 if weight is None else weight)  # type: ignore[arg-type]
         except InvalidLimitError as exc:
             raise ActionError(f"limit not saved: {exc}") from None
         set_account_limit(app, account, rate=limit.rate, burst=limit.burst,
                                   concurrency=limit.concurrency, window=limit.window,
-                                  tz=limit.tz)
+                                  tz=limit.tz, weight=limit.weight)
         text = f"Set the limit of account {account!r}: {limit_text(limit)}"
     _log(user, Account, account, text)
     return Done(text + ".")

@@ -143,6 +143,10 @@ class AccountLimit(models.Model):
     concurrency = models.PositiveIntegerField(null=True, blank=True)
     window = models.CharField(max_length=11, blank=True, help_text='"09:00-17:00"')
     tz = models.CharField(max_length=64, blank=True, help_text='IANA zone: "Europe/Berlin"')
+    weight = models.PositiveIntegerField(
+        default=1, blank=True,
+        help_text="Share of the workers beside accounts of weight 1, while both wait "
+                  "(4: four jobs to their one).")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -153,7 +157,7 @@ class AccountLimit(models.Model):
 
     def as_limit(self) -> Limit:
         return Limit(rate=self.rate or None, burst=self.burst, concurrency=self.concurrency,
-                     window=self.window or None, tz=self.tz or None)
+                     window=self.window or None, tz=self.tz or None, weight=self.weight)
 
     def clean(self) -> None:
         try:
@@ -179,7 +183,8 @@ class AccountLimit(models.Model):
 
         limit = self.as_limit()
         set_account_limit(celery_app(), self.account, rate=limit.rate, burst=limit.burst,
-                          concurrency=limit.concurrency, window=limit.window, tz=limit.tz)
+                          concurrency=limit.concurrency, window=limit.window, tz=limit.tz,
+                          weight=limit.weight)
 
 
     @classmethod
@@ -191,7 +196,8 @@ class AccountLimit(models.Model):
         held = {account: limit for account, limit in store_for(celery_app()).limits()
                 if len(account) <= cls._meta.get_field("account").max_length}
         rows = [cls(account=account, rate=limit.rate or "", burst=limit.burst,
-                    concurrency=limit.concurrency, window=limit.window or "", tz=limit.tz or "")
+                    concurrency=limit.concurrency, window=limit.window or "", tz=limit.tz or "",
+                    weight=limit.weight)
                 for account, limit in held.items()]
         with transaction.atomic():
             gone = set(cls.objects.values_list("account", flat=True)) - held.keys()
@@ -200,7 +206,7 @@ class AccountLimit(models.Model):
             cls.objects.bulk_create(rows, batch_size=500, update_conflicts=True,
                                     unique_fields=["account"],
                                     update_fields=["rate", "burst", "concurrency", "window",
-                                                   "tz"])
+                                                   "tz", "weight"])
         return len(held)
 
 

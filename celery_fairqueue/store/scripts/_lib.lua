@@ -2,22 +2,24 @@
 -- after a prologue that binds the K_* names of the global keys (keys.GLOBAL_KEY_NAMES) the
 -- script touches, itself or through these helpers, and NGLOBAL, their number.
 --
--- KEYS (every script): those global keys, then 11 keys per fair queue in the order of
+-- KEYS (every script): those global keys, then 13 keys per fair queue in the order of
 -- keys.QUEUE_KEY_NAMES: ring, state, ready, nready, deferred, delayed, running, waiting, started,
--- ndelayed, deferrals; then, for a script that emits events, the event stream (K_EVENTS).
+-- ndelayed, deferrals, tags, finish; then, for a script that emits events, the event stream
+-- (K_EVENTS).
 -- Account ids and queue names arrive percent-encoded (no spaces, no "|", no braces).
 -- All times are Redis server time, so workers with skewed clocks agree on leases and buckets.
 
-local NQKEYS = 11
+local NQKEYS = 13
 local EVENTS_MAXLEN = 1000000
 
 -- Redis's clock, read once per script run; now_text() is it as a script argument (a Lua number
 -- would be formatted again by every command that takes it).
-local clock, clock_text = nil, nil
+local clock, clock_text, clock_micros = nil, nil, nil
 local function now_seconds()
   if not clock then
     local t = redis.call('TIME')
     clock = tonumber(t[1]) + tonumber(t[2]) / 1000000
+    clock_micros = tonumber(t[1]) * 1000000 + tonumber(t[2])  -- exact: below 2^53
   end
   return clock
 end
@@ -50,7 +52,7 @@ local function queue_keys(i)
   return {ring = KEYS[b + 1], state = KEYS[b + 2], ready = KEYS[b + 3], nready = KEYS[b + 4],
           deferred = KEYS[b + 5], delayed = KEYS[b + 6], running = KEYS[b + 7],
           waiting = KEYS[b + 8], started = KEYS[b + 9], ndelayed = KEYS[b + 10],
-          deferrals = KEYS[b + 11],
+          deferrals = KEYS[b + 11], tags = KEYS[b + 12], finish = KEYS[b + 13],
           name = string.match(KEYS[b + 1], ':q:([^:]+):ring$'),
           wake = (string.gsub(KEYS[b + 1], 'ring$', 'wake'))}
 end
@@ -86,6 +88,43 @@ local function split_member(member)
   return string.match(member, '^([^|]*)|([^|]*)|(.*)$')
 end
 
+-- A rotation member (QueueKeys.tags) is "stamp account": the stamp orders accounts of equal
+-- virtual tags by when they got it, first come first served, as the ring did before weights.
+-- It is Redis time in microseconds (9 digits) and a count within the script (2 digits), in
+-- base 62 with digits in ASCII order, so that lex order is time order (until the year 2398);
+-- short, as every account waiting in a queue has one.
+local DIGITS62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
+local stamps = 0
+
+local function base62(n, width)
+  local out = ''
+  for _ = 1, width do
+    local d = n % 62
+    out = string.sub(DIGITS62, d + 1, d + 1) .. out
+    n = (n - d) / 62
+  end
+  return out
+end
+
+local function rotation_member(account)
+  now_seconds()
+  stamps = stamps + 1
+  return base62(clock_micros, 9) .. base62(stamps, 2) .. ' ' .. account
+end
+
+local function split_rotation_member(member)
+  return string.match(member, '^%w+ (%S+)$')
+end
+
+-- A packed limit is "rate burst concurrency windows weight" (limits.AccountLimit.pack): rate in
+-- jobs/s (0 = none), windows "-" or "open,close;open,close" in epoch seconds, computed ahead by
+-- limits.py in the account's zone. A limit packed before weights existed has no weight: 1.
+local function split_limit(packed)
+  local rate, burst, cap, windows, weight =
+    string.match(packed, '^(%S+) (%S+) (%S+) (%S+) ?(%S*)$')
+  return tonumber(rate), tonumber(burst), tonumber(cap), windows, tonumber(weight) or 1
+end
+
 -- An account's token bucket is "tokens updated_at" (records.Bucket); nil, nil when it has none.
 local function read_bucket(account)
   local bucket = redis.call('HGET', K_BUCKETS, account)
@@ -104,11 +143,44 @@ local function hget_number(key, field)
   return tonumber(redis.call('HGET', key, field) or '0')
 end
 
--- The account joins the rotation. When the rotation was empty, the queue's idle workers are
--- woken on its channel (worker/wakeups.py) instead of finding the work at their next poll.
-local function join_ring(qk, account, front)
-  if redis.call(front and 'LPUSH' or 'RPUSH', qk.ring, account) == 1 then
+-- The rotation is start-time fair queueing over virtual time: qk.tags holds the accounts that
+-- may run now, each scored by its virtual start tag, and the claim serves the lowest and moves
+-- it on by VIRTUAL_TURN / weight (claim.lua). Tags are whole numbers, so they add up exactly
+-- (a double holds every integer below 2^53); reap.lua shifts them back when they grow large.
+local VIRTUAL_TURN = 1000000
+
+-- The account joins the rotation at its floor, the lowest tag there; but no earlier than the
+-- tag it left with when it ran out of jobs (qk.finish), so an account that comes and goes
+-- neither banks turns nor jumps ahead. An empty rotation starts virtual time again at 0: no
+-- account waits, so no tag means anything (claim.lua forgets the finish tags too when it finds
+-- the rotation empty). ``front``: one unit ahead of the floor (a deferred account whose token
+-- is there: a later turn would waste it). When the rotation was empty, the queue's idle
+-- workers are woken on its channel (worker/wakeups.py) instead of finding the work at their
+-- next poll.
+local function join_rotation(qk, account, front)
+  local head = redis.call('ZRANGE', qk.tags, 0, 0, 'WITHSCORES')
+  local tag = tonumber(head[2] or '0')
+  if front then
+    tag = tag - 1
+  end
+  if not head[1] then
+    redis.call('DEL', qk.finish)
     redis.call('PUBLISH', qk.wake, 'ready')
+  else
+    local left = redis.call('ZSCORE', qk.finish, account)
+    if left then
+      redis.call('ZREM', qk.finish, account)
+      tag = math.max(tag, tonumber(left))
+    end
+  end
+  redis.call('ZADD', qk.tags, tag, rotation_member(account))
+end
+
+-- Upgrade: the accounts a store written before weights left in its ring list join the
+-- rotation (the claim, when its rotation is empty, and the reaper call this).
+local function adopt_ring(qk, batch)
+  for _, account in ipairs(redis.call('LPOP', qk.ring, batch) or {}) do
+    join_rotation(qk, account)
   end
 end
 
@@ -118,7 +190,7 @@ local function rotate_in_or_forget(qk, account, front)
   redis.call('HDEL', qk.deferrals, account)
   if hget_number(qk.nready, account) > 0 then
     redis.call('HSET', qk.state, account, 'r')
-    join_ring(qk, account, front)
+    join_rotation(qk, account, front)
   else
     redis.call('HDEL', qk.state, account)
   end
@@ -139,7 +211,7 @@ local function make_ready(qk, account, seq, job_id, since)
   redis.call('ZADD', qk.waiting, 'NX', since or now_text(), job_id)
   if not redis.call('HGET', qk.state, account) then
     redis.call('HSET', qk.state, account, 'r')
-    join_ring(qk, account)
+    join_rotation(qk, account)
   end
 end
 

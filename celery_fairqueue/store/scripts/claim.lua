@@ -1,5 +1,10 @@
 -- claim: settle the jobs the worker finished, then lease up to N jobs, one account at a time in
 -- rotation, skipping accounts over a limit. One call per turn of the worker: its acks ride along.
+-- The rotation is start-time fair queueing (join_rotation in _lib.lua): the account with the
+-- lowest virtual tag goes next, and its tag moves on by VIRTUAL_TURN / weight, so backlogged
+-- accounts get turns in proportion to their weights (all weights 1: plain round robin, ties
+-- taken in account order). An account deferred by its limit or paused gives its turn away and
+-- rejoins at the floor when it may run again: no share is owed to it afterwards.
 -- KEYS: global keys, then the keys of each queue the worker consumes, then of the queues only
 --       its acks are from (a queue it stopped consuming).
 -- ARGV: [1] jobs wanted, [2] lease seconds, [3] owner token, [4] the default limit (packed) to
@@ -16,7 +21,7 @@
 -- is dropped from the store when it comes up, before any limit is asked (it takes no slot and
 -- no token), and listed the same way with its queue index negated, for the worker to record as
 -- revoked.
--- Cost: O(log n) per job or skipped account (ring pops, hash fields, one lex range); no scans.
+-- Cost: O(log n) per job or skipped account (rotation pops, hash fields, one lex range); no scans.
 local want, lease, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 -- the store's one default limit (set_default_limit.lua), not this worker's own setting
 local default_limit = redis.call('HGET', K_LIMITS, '*') or ARGV[4]
@@ -88,13 +93,6 @@ local function promote(qk)
   end
 end
 
--- limit is "rate burst concurrency windows": rate in jobs/s (0 = none), windows "-" or
--- "open,close;open,close" in epoch seconds, computed ahead by limits.py in the account's zone.
-local function parse_limit(packed)
-  local rate, burst, cap, windows = string.match(packed, '^(%S+) (%S+) (%S+) (%S+)$')
-  return tonumber(rate), tonumber(burst), tonumber(cap), windows
-end
-
 -- nil while the window is open, else when it opens next.
 local function window_wake(windows)
   if windows == '-' then return nil end
@@ -138,28 +136,36 @@ local function defer(qk, account, reason, wake, waiting)
   emit('e', 'account_deferred', 'q', qk.name, 'a', account, 'at', now, 'due', wake)
 end
 
--- The account's head job leaves ready; the account goes on in the rotation if it has more.
-local function take_head(qk, account, head, waiting)
+-- The virtual tag an account served at ``tag`` moves on to: one turn over its weight.
+local function next_tag(tag, weight)
+  return tag + math.floor(VIRTUAL_TURN / weight + 0.5)
+end
+
+-- The account's head job leaves ready; the account goes on in the rotation at ``tag`` if it has
+-- more, else leaves it and remembers ``tag`` (finish: join_rotation).
+local function take_head(qk, account, head, waiting, tag)
   local job_id = select(3, split_member(head))
   redis.call('HDEL', qk.deferrals, account)  -- it runs: no longer deferred
   redis.call('ZREM', qk.ready, head)
   redis.call('ZREM', qk.waiting, job_id)
   if waiting > 1 then
     redis.call('HSET', qk.nready, account, waiting - 1)
-    redis.call('RPUSH', qk.ring, account)
+    redis.call('ZADD', qk.tags, tag, rotation_member(account))
   else
     redis.call('HDEL', qk.nready, account)
     redis.call('HDEL', qk.state, account)
+    redis.call('ZADD', qk.finish, tag, account)
   end
   return job_id
 end
 
--- The head job's ``expires`` has passed: out of the store; returns its job_id and envelope.
-local function drop_expired(qk, account, head, waiting, job_key, expires)
+-- The head job's ``expires`` has passed: out of the store (its account keeps its tag: nothing
+-- ran); returns its job_id and envelope.
+local function drop_expired(qk, account, head, waiting, job_key, expires, tag)
   if not expires or expires > now then
     return nil
   end
-  local job_id = take_head(qk, account, head, waiting)
+  local job_id = take_head(qk, account, head, waiting, tag)
   local envelope = redis.call('HGET', K_JOBS, job_id) or ''
   free_job_key(job_key, job_id)
   forget_job(job_id)
@@ -168,9 +174,10 @@ local function drop_expired(qk, account, head, waiting, job_key, expires)
   return job_id, envelope
 end
 
--- Try the account at the head of the rotation: returns job_id, envelope, deliveries, business
--- key, marker or nil; or job_id, envelope, 'expired' for an expired job it dropped.
-local function claim_from(qk, account)
+-- Try the account at the head of the rotation (its virtual tag ``tag``, just popped): returns
+-- job_id, envelope, deliveries, business key, marker or nil; or job_id, envelope, 'expired' for
+-- an expired job it dropped. Every nil leaves the account out of the rotation.
+local function claim_from(qk, account, tag)
   local waiting = hget_number(qk.nready, account)
   local low, high = member_range(account)
   local head = redis.call('ZRANGEBYLEX', qk.ready, low, high, 'LIMIT', 0, 1)[1]
@@ -182,7 +189,8 @@ local function claim_from(qk, account)
   end
   local meta = redis.call('HGET', K_META, select(3, split_member(head)))
   local _, _, _, job_key, expires = split_meta(meta or '')
-  local expired_id, expired_envelope = drop_expired(qk, account, head, waiting, job_key, expires)
+  local expired_id, expired_envelope = drop_expired(qk, account, head, waiting, job_key, expires,
+                                                    tag)
   if expired_id then
     return expired_id, expired_envelope, 'expired'
   end
@@ -192,7 +200,8 @@ local function claim_from(qk, account)
     redis.call('HDEL', qk.deferrals, account)
     return nil
   end
-  local rate, burst, cap, windows = parse_limit(redis.call('HGET', K_LIMITS, account) or default_limit)
+  local rate, burst, cap, windows, weight =
+    split_limit(redis.call('HGET', K_LIMITS, account) or default_limit)
   local wake = window_wake(windows)
   if wake then
     defer(qk, account, 'window_closed', wake, waiting)
@@ -210,7 +219,7 @@ local function claim_from(qk, account)
     return nil
   end
 
-  local job_id = take_head(qk, account, head, waiting)
+  local job_id = take_head(qk, account, head, waiting, next_tag(tag, weight))
   local deliveries = redis.call('HINCRBY', K_DELIVERIES, job_id, 1)
   local envelope = redis.call('HGET', K_JOBS, job_id)
   if not envelope then
@@ -244,12 +253,20 @@ local i = tonumber(ARGV[8]) - 1
 while claimed < want and live > 0 and skips <= max_skips do
   i = i % nq + 1
   if not empty[i] then
-    local account = redis.call('LPOP', queues[i].ring)
+    local qk = queues[i]
+    local popped = redis.call('ZPOPMIN', qk.tags)
+    if not popped[1] and not qk.adopted then
+      qk.adopted = true  -- a store written before weights: its ring joins the rotation
+      adopt_ring(qk, max_skips + want)
+      popped = redis.call('ZPOPMIN', qk.tags)
+    end
+    local account, tag = popped[1] and split_rotation_member(popped[1]), tonumber(popped[2])
     if not account then
+      redis.call('DEL', qk.finish)  -- no account waits: virtual time starts again
       empty[i] = true
       live = live - 1
     else
-      local job_id, envelope, deliveries, job_key, marker = claim_from(queues[i], account)
+      local job_id, envelope, deliveries, job_key, marker = claim_from(qk, account, tag)
       if deliveries == 'expired' then
         skips = skips + 1  -- bounded like a skip; the worker records it, nothing runs
         for _, v in ipairs({-i, job_id, envelope, 0, account, '-', ''}) do out[#out + 1] = v end

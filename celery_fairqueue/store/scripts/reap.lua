@@ -1,5 +1,6 @@
 -- reap: return jobs whose lease expired (their worker died or hung) to ready, in FIFO place,
--- and drop the registrations of workers that stopped beating.
+-- and drop the registrations of workers that stopped beating; and keep each queue's rotation
+-- (see tend_rotation).
 -- KEYS: global keys, then the keys of every known fair queue.
 -- ARGV: [1] batch size, [2..] encoded names of the queues, in the order of their keys.
 -- Returns the number of jobs returned to ready.
@@ -10,6 +11,36 @@ local index = {}
 for i = 1, queue_count() do
   index[ARGV[i + 1]] = i
 end
+-- Past this tag the virtual times are shifted back by the floor. A claim moves a tag on by at
+-- most VIRTUAL_TURN (1e6) a job, so between two reaps (seconds apart) the tags stay far below
+-- 2^53, where doubles stop holding every integer: 2^48 leaves room for 2^32 jobs a reap.
+local RENORMALISE_AT = 2 ^ 48
+
+-- Accounts a store written before weights left in its ring join the rotation; the finish tags
+-- at or below the floor say nothing any more (join_rotation takes the floor then), so they go;
+-- and tags past RENORMALISE_AT are shifted back by the floor, order kept. That last one costs
+-- O(accounts in the rotation), once in at least 2^28 jobs (2^48 / VIRTUAL_TURN) of a queue
+-- that never ran empty (an empty rotation starts again at 0 by itself).
+local function tend_rotation(qk)
+  adopt_ring(qk, batch)
+  local floor = tonumber(redis.call('ZRANGE', qk.tags, 0, 0, 'WITHSCORES')[2] or '0')
+  redis.call('ZREMRANGEBYSCORE', qk.finish, '-inf', floor)
+  local top = tonumber(redis.call('ZRANGE', qk.tags, -1, -1, 'WITHSCORES')[2] or '0')
+  if top < RENORMALISE_AT then
+    return
+  end
+  for _, key in ipairs({qk.tags, qk.finish}) do
+    local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    for n = 1, #entries, 2 do
+      redis.call('ZADD', key, tonumber(entries[n + 1]) - floor, entries[n])
+    end
+  end
+end
+
+for i = 1, queue_count() do
+  tend_rotation(queue_keys(i))
+end
+
 local reaped = 0
 for _, job_id in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT', 0, batch)) do
   local meta = redis.call('HGET', K_META, job_id)

@@ -29,7 +29,7 @@ def store_unreachable() -> str | None:
 class AccountLimitForm(forms.ModelForm):
     class Meta:
         model = AccountLimit
-        fields = ("account", "rate", "burst", "concurrency", "window", "tz")
+        fields = ("account", "rate", "burst", "concurrency", "window", "tz", "weight")
 
     def clean(self) -> dict[str, Any]:
         """Refuse to save while the fair store is down: the limit would not reach workers."""
@@ -47,7 +47,7 @@ class AccountLimitAdmin(admin.ModelAdmin):
     limits set from code show here, and saving one here is what ``set_account_limit`` does."""
 
     form = AccountLimitForm
-    list_display = ("account_page", "rate", "burst", "concurrency", "window", "tz",
+    list_display = ("account_page", "rate", "burst", "concurrency", "window", "tz", "weight",
                     "updated_at")
     search_fields = ("^account",)
 

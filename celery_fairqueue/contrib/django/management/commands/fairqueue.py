@@ -23,7 +23,6 @@ from celery_fairqueue.contrib.django.overview import account_overview
 from celery_fairqueue.contrib.django.views import purge_dead_letters, replay_dead_letters, require
 from celery_fairqueue.errors import DeadLetterNotFound, InvalidLimitError, StoreUnavailableError
 from celery_fairqueue.install import pause, resume
-from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.reports import (
     BatchOutcome,
     PurgeSelectionError,
@@ -33,6 +32,7 @@ from celery_fairqueue.reports import (
     default_limit_text,
     failure_lines,
     jobs_report,
+    limits_command,
     named_letters_report,
     pause_report,
     purge_selection,
@@ -112,12 +112,17 @@ class Command(BaseCommand):
             action.add_argument("--user", required=True, help=USER_HELP.format(perm=perm))
 
         limits = commands.add_parser(
-            "limits", help="The store's default limit; --default sets it (needs --user with "
+            "limits", help="The store's default limit and the accounts' own limits with their "
+                           "weights; --default or --account sets one (needs --user with "
                            f"{LIMIT_PERMISSION.split('.')[1]}).")
         limits.add_argument("--default", action="store_true", dest="set_default",
                             help="Set the default limit to the options given.")
+        limits.add_argument("--account", help="Set this account's own limit to the options "
+                                              "given (show it when none is given).")
+        limits.add_argument("--clear", action="store_true",
+                            help="With --account: drop its own limit.")
         for option, kind in (("--rate", str), ("--burst", float), ("--concurrency", int),
-                             ("--window", str), ("--tz", str)):
+                             ("--window", str), ("--tz", str), ("--weight", int)):
             limits.add_argument(option, type=kind)
         limits.add_argument("--user", help=USER_HELP.format(perm=LIMIT_PERMISSION))
 
@@ -191,18 +196,25 @@ class Command(BaseCommand):
 
     def limits(self, options: dict[str, Any]) -> None:
         store = store_for(celery_app())
-        if options["set_default"]:
+        given = {name: options[name]
+                 for name in ("rate", "burst", "concurrency", "window", "tz", "weight")}
+        changes = options["set_default"] or options["clear"] or (
+            options["account"] is not None and any(v is not None for v in given.values()))
+        if changes:
             if not options["user"]:
-                raise CommandError("--default needs --user")
+                raise CommandError("--default, --clear and setting an account's limit need "
+                                   "--user")
             require(self.user(options["user"]), LIMIT_PERMISSION)
-            try:
-                store.set_default_limit(AccountLimit(
-                    rate=options["rate"], burst=options["burst"],
-                    concurrency=options["concurrency"], window=options["window"],
-                    tz=options["tz"]))
-            except InvalidLimitError as exc:
-                raise CommandError(str(exc)) from exc
-        self.stdout.write(default_limit_text(store.default_limit()))
+        try:
+            text = limits_command(celery_app(), set_default=options["set_default"],
+                                  account=options["account"], clear=options["clear"],
+                                  given=given)
+        except InvalidLimitError as exc:
+            raise CommandError(str(exc)) from exc
+        if text:
+            self.stdout.write(text)
+        if options["account"] is None:
+            self.stdout.write(default_limit_text(store.default_limit()))
 
     def scope(self, options: dict[str, Any]) -> tuple[str | None, str | None]:
         if options["account"] is None and options["queue"] is None:

@@ -1,0 +1,174 @@
+"""Weighted fair share in the claim, on a real redis-server: start-time fair queueing over
+virtual tags (claim.lua, join_rotation in _lib.lua)."""
+
+import json
+from collections import Counter
+
+import pytest
+
+from celery_fairqueue import set_account_limit
+from celery_fairqueue.limits import AccountLimit
+from celery_fairqueue.store import FairStore
+from celery_fairqueue.store.keys import encode_id
+from tests.harness import wait_until
+from tests.harness.store_tools import claim_jobs, enqueue_many
+
+NO_LIMIT = AccountLimit().pack(0)
+TOKEN = "worker-w"
+
+
+def backlog(store: FairStore, jobs: dict[str, int], start: int = 0) -> None:
+    """Enqueue ``jobs[account]`` jobs per account, interleaved (as producers would)."""
+    rows = []
+    for n in range(start, start + max(jobs.values())):
+        for account, count in jobs.items():
+            if n - start < count:
+                rows.append(dict(queue="default", account=account, job_id=f"{account}-{n}:0",
+                                 envelope='{"body": "[[], {}, {}]", "headers": {}}'))
+    enqueue_many(store, rows)
+
+
+def claims(store: FairStore, count: int, want: int = 1) -> list[str]:
+    """Claim and ack ``count`` jobs, ``want`` per call; the accounts in claim order."""
+    order: list[str] = []
+    while len(order) < count:
+        jobs = claim_jobs(store, ["default"], want, TOKEN, NO_LIMIT)
+        if not jobs:
+            break
+        for job in jobs:
+            order.append(job.account)
+            store.ack(job)
+    return order[:count]
+
+
+def test_backlogged_accounts_share_claims_in_proportion_to_their_weights(store):
+    for account, weight in (("w1", 1), ("w2", 2), ("w4", 4)):
+        store.set_limit(account, AccountLimit(weight=weight))
+    backlog(store, {"w1": 700, "w2": 700, "w4": 700})
+    counts = Counter(claims(store, 700))
+    assert counts == {"w1": 100, "w2": 200, "w4": 400}
+    # and in every window of 7 claims, the same 1:2:4 (no long runs of one account)
+    order = claims(store, 70, want=3)
+    for start in range(0, 70, 7):
+        assert Counter(order[start:start + 7]) == {"w1": 1, "w2": 2, "w4": 4}, order
+
+
+def test_an_account_back_from_idle_gets_its_weighted_share_not_banked_turns(store):
+    """C (weight 2) ran, went idle while A and B were served 200 times, then came back: from
+    its return it gets 2/4 of the claims, not a burst of the turns it missed (a counter of
+    jobs served per weight would give it the next 100 in a row)."""
+    store.set_limit("c", AccountLimit(weight=2))
+    backlog(store, {"a": 400, "b": 400, "c": 2})
+    first = claims(store, 6)
+    assert Counter(first)["c"] == 2
+    assert Counter(claims(store, 200)) == {"a": 100, "b": 100}  # c idle: no job
+    backlog(store, {"c": 200}, start=100)
+    after = claims(store, 40)
+    assert Counter(after) == {"c": 20, "a": 10, "b": 10}, after
+    assert "cc" * 2 not in "".join(after)  # never more than two c's in a row
+
+
+def test_an_account_that_runs_one_job_at_a_time_does_not_jump_ahead(store):
+    """A trickle (one job, served, the next one enqueued) keeps its weight's share: it rejoins
+    no earlier than the tag it left with, not at the floor each time."""
+    store.set_limit("big", AccountLimit(weight=4))
+    backlog(store, {"big": 400})
+    order: list[str] = []
+    for n in range(50):
+        if not order or order[-1] == "trickle":  # its one job ran: the producer sends the next
+            backlog(store, {"trickle": 1}, start=n)
+        order += claims(store, 1)
+    assert 9 <= Counter(order)["trickle"] <= 11, order  # 1/5 of 50, with a turn's slack
+
+
+def test_a_weight_change_applies_to_waiting_jobs_from_the_next_claim(store):
+    backlog(store, {"a": 300, "b": 300})
+    assert Counter(claims(store, 20)) == {"a": 10, "b": 10}
+    store.set_limit("b", AccountLimit(weight=3))
+    after = claims(store, 41)
+    assert abs(Counter(after)["b"] - 30) <= 1, after
+
+
+def test_a_paused_account_takes_no_extra_share_when_it_comes_back(store):
+    store.set_limit("heavy", AccountLimit(weight=4))
+    backlog(store, {"heavy": 300, "a": 300, "b": 300})
+    store.pause("heavy")
+    assert set(claims(store, 100)) == {"a", "b"}
+    store.resume("heavy")
+    after = claims(store, 60)
+    assert Counter(after)["heavy"] == 40, after  # 4/6 from its return, not the 100 it missed
+
+
+def test_a_store_written_before_weights_keeps_running_its_ring(store, redis_client):
+    """Jobs waiting in the old layout (accounts in the ring list, limits packed in four fields)
+    are claimed by the new code, in the old ring's order."""
+    backlog(store, {"old1": 3, "old2": 3})
+    qk = store.keys.queue("default")
+    # the old enqueue pushed accounts on the ring; the new one put them in tags
+    redis_client.delete(qk.tags)
+    redis_client.rpush(qk.ring, encode_id("old2"), encode_id("old1"))
+    redis_client.hset(store.keys.limits, encode_id("old1"), "0 1 0 -")  # four fields: weight 1
+    order = claims(store, 10)
+    assert order == ["old2", "old1"] * 3
+    assert redis_client.llen(qk.ring) == 0
+
+
+def test_the_reaper_brings_a_waiting_ring_into_the_rotation(store, redis_client):
+    """Under a steady backlog the claim never finds its rotation empty: the reaper adopts the
+    old ring instead, so those accounts do not wait for the backlog to end."""
+    backlog(store, {"new": 50, "old": 5})
+    qk = store.keys.queue("default")
+    redis_client.zrem(qk.tags, *[m for m in redis_client.zrange(qk.tags, 0, -1)
+                                 if m.endswith(" old")])
+    redis_client.rpush(qk.ring, "old")
+    store.reap()
+    assert Counter(claims(store, 10)) == {"new": 5, "old": 5}
+
+
+def test_virtual_tags_are_shifted_back_when_they_grow_large(store, redis_client):
+    store.set_limit("b", AccountLimit(weight=2))
+    backlog(store, {"a": 100, "b": 100, "gone": 1})
+    claims(store, 7)
+    qk = store.keys.queue("default")
+    big = 2 ** 52
+    before = redis_client.zrange(qk.tags, 0, -1, withscores=True)
+    for member, score in before:
+        redis_client.zadd(qk.tags, {member: score + big})
+    redis_client.zadd(qk.finish, {"gone": big + 3_000_000})
+    store.reap()
+    after = redis_client.zrange(qk.tags, 0, -1, withscores=True)
+    assert [m for m, _ in after] == [m for m, _ in before]
+    assert [s for _, s in after] == [s - before[0][1] for _, s in before]
+    assert redis_client.zscore(qk.finish, "gone") < 2 ** 40
+    assert Counter(claims(store, 30)) == {"a": 10, "b": 20}
+
+
+def test_an_empty_rotation_leaves_no_virtual_time_behind(store, redis_client):
+    backlog(store, {"a": 2, "b": 1})
+    claims(store, 10)
+    qk = store.keys.queue("default")
+    assert not redis_client.exists(qk.tags, qk.finish, qk.ring)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_real_workers_share_in_proportion_to_weights(fair, celery_worker_factory, redis_client,
+                                                     figure, workers):
+    """Weights 1, 2 and 4, all backlogged, 20 ms jobs, workers of 4 threads: among the first
+    700 completions each account's share is within 5 % (relative) of 1/7, 2/7 and 4/7."""
+    weights = {"one": 1, "two": 2, "four": 4}
+    for account, weight in weights.items():
+        set_account_limit(fair.app, account, weight=weight)
+    for n in range(450):
+        for account in weights:
+            fair.job.delay(account, n, 0.02)
+    for _ in range(workers):
+        celery_worker_factory("tests.apps.fair", concurrency=4)
+    assert wait_until(lambda: redis_client.llen("runs") >= 700, timeout=90)
+    first = [json.loads(r)["account"] for r in redis_client.lrange("runs", 0, 699)]
+    shares = {a: Counter(first)[a] / 700 for a in weights}
+    figure(f"weights 1:2:4, {workers} worker(s) x 4 threads, 20 ms jobs, first 700 "
+           "completions: " + ", ".join(f"{a} {shares[a]:.4f} (entitled {w / 7:.4f})"
+                                       for a, w in weights.items()))
+    for account, weight in weights.items():
+        assert abs(shares[account] / (weight / 7) - 1) <= 0.05, shares
