@@ -29,6 +29,7 @@ from .protocol import (
     last_enqueued_task_id,
 )
 from .redaction import redact_arguments
+from .results import install_result_subscription, stored
 from .settings import settings_for
 from .store import EnqueueResult, store_for
 from .task import FairTask
@@ -48,7 +49,9 @@ def install_publish_path(app: Celery) -> None:
 
     Celery's sender (a cached property) reads ``app.conf`` when it is made, so it is made at
     the first send, not here: ``install`` must not freeze Celery's defaults before the app's
-    configuration (Django's settings) is loaded."""
+    configuration (Django's settings) is loaded. A fair task's result subscription waits for the
+    store to take the job (see results.py)."""
+    install_result_subscription(app)
     amqp = app.amqp
     made: list[Any] = [amqp.__dict__.get("send_task_message")]
     if getattr(made[0], "fairqueue", False):
@@ -68,6 +71,7 @@ def install_publish_path(app: Celery) -> None:
         except DeadLetterNotFound as exc:  # a KeyError: kombu would call it a lost connection
             raise ReplayLostError(str(exc)) from exc
         last_enqueued_task_id.set(result.task_id)
+        stored(task.name, result.task_id)
         return None
 
     send_task_message.fairqueue = True  # type: ignore[attr-defined]

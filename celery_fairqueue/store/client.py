@@ -98,6 +98,23 @@ def translate(exc: redis.RedisError | RedisClusterException, url: str,
     return StoreUnavailableError(f"{where}: {why or 'Redis refused the command'}{doing}: {text}")
 
 
+def may_run_later(exc: StoreUnavailableError) -> bool:
+    """Whether the command that failed with ``exc`` may still run in Redis: no reply came back
+    (a timeout, a dropped connection) and Redis's port still took connections at the last try.
+    An error reply ends the command; a refused connection means no Redis process listens, and
+    a process that is gone runs nothing it was sent."""
+    cause = exc.__cause__
+    if isinstance(cause, redis.exceptions.BusyLoadingError) or not isinstance(
+            cause, (redis.ConnectionError, redis.TimeoutError)):
+        return False
+    seen: BaseException | None = cause
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError) or "Connection refused" in str(seen):
+            return False
+        seen = seen.__cause__ or seen.__context__
+    return True
+
+
 class _Translating:
     """Mixed into the client and its pipelines: redis-py errors become the package's."""
 

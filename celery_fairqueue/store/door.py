@@ -18,6 +18,7 @@ from typing import Any, Self
 
 from ..settings import FairqueueSettings
 from .client import AnyClient, make_client, operation
+from .deadline import RedisClock
 from .keys import Keys, QueueKeys, decode_id
 from .lua import load_script
 
@@ -57,6 +58,7 @@ class StoreDoor:
                           for name, source in sources.items()}
         self._recording = False
         self._recording_checked = float("-inf")
+        self.redis_clock = RedisClock(self.server_time)  # the producer's deadlines
 
     @classmethod
     def from_settings(cls, settings: FairqueueSettings, *, fail_fast: bool = False) -> Self:

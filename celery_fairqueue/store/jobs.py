@@ -3,14 +3,15 @@ stream the recorder reads, and returning expired leases."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import BacklogFullError, DeadLetterNotFound
+from ..errors import BacklogFullError, DeadLetterNotFound, StoreUnavailableError
 from ..protocol import event_fields, task_id_of
-from .client import operation
+from .client import may_run_later, operation
 from .door import StoreDoor, wire
 from .keys import decode_id, encode_id, encode_job_key
 from .leases import Lease
@@ -29,7 +30,8 @@ class EnqueueResult:
     @classmethod
     def from_reply(cls, reply: Sequence[Any]) -> EnqueueResult:
         """From the enqueue script's reply: its status (0 stored already, 1 ready,
-        2 delayed, 3 the dead letter it replays is gone) and the job id."""
+        2 delayed, 3 the dead letter it replays is gone, 4 and 5 a full backlog, 6 past the
+        producer's deadline) and the job id."""
         status, stored_id = reply
         if status == 3:
             raise DeadLetterNotFound("the dead letter was replayed or purged already")
@@ -38,6 +40,9 @@ class EnqueueResult:
                                    "pending already")
         if status == 5:
             raise BacklogFullError("the fair store holds fairqueue_max_pending jobs already")
+        if status == 6:
+            raise StoreUnavailableError("the fair store ran the enqueue after the producer's "
+                                        "deadline (Redis stalled): nothing was stored")
         return cls(job_id=stored_id, created=status != 0, delayed=status == 2)
 
     @property
@@ -84,6 +89,25 @@ class Jobs(StoreDoor):
                                   envelope=envelope, due=due, job_key=job_key, dedupe=dedupe,
                                   task=task, shown_args=shown_args, replays=replays,
                                   priority=priority, expires=expires)
+        # the script stores nothing past this deadline (Redis's clock), and a failure is raised
+        # only once it has passed: an enqueue that raised is never stored (see deadline.py)
+        with operation("enqueue"):
+            deadline = self.redis_clock.deadline(self.settings.enqueue_timeout / 2)
+        args.append(f"{deadline:.6f}")
+        try:
+            return self._store(queue, args)
+        except StoreUnavailableError as exc:
+            failure = exc
+        if may_run_later(failure):
+            # no reply: wait until no try of it can store any more, then ask once (the same
+            # call, which past the deadline only says whether the delivery is stored)
+            self.redis_clock.wait_past(deadline)
+            with contextlib.suppress(StoreUnavailableError):
+                return self._store(queue, args)
+        self.redis_clock.forget()
+        raise failure
+
+    def _store(self, queue: str, args: list[Any]) -> EnqueueResult:
         wanted = self.settings.wait_replicas
         if not wanted:
             return EnqueueResult.from_reply(self._run("enqueue", [self.keys.queue(queue)], args))
@@ -92,6 +116,8 @@ class Jobs(StoreDoor):
                 self._scripts["enqueue"], self._keys_for("enqueue", [self.keys.queue(queue)]),
                 [wire(a) for a in args], wanted)
         result = EnqueueResult.from_reply(reply)  # refused (a full backlog): nothing to lose
+        # stored on the primary, not on enough replicas: the one error that does not mean
+        # "not stored" (a failover may lose the job or keep it); said so in its message
         self.client.check_replicated(acked, wanted)
         return result
 

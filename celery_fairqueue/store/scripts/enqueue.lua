@@ -11,18 +11,26 @@
 --       priority, one digit, 0 first (Celery's priority as the Redis transport reads it): the
 --       first digit of its place in the account's FIFO, so it orders jobs within the account,
 --       [15] when the job expires (epoch seconds, Celery's ``expires``) or "": the claim drops
---       it then, without a slot or a token.
+--       it then, without a slot or a token, [16] the producer's deadline (epoch seconds on
+--       Redis's clock; "" or absent: none): a call that runs later stores nothing (it still
+--       says whether the delivery is stored: the producer's check), since its producer has
+--       raised or will (store/deadline.py).
 -- Returns {status, job_id}: status 1 ready, 2 delayed, 0 already stored (job_id is the existing
 -- one), 3 the dead letter to replay is gone (replayed or purged already), 4 the account has
--- [12] pending jobs, 5 the store holds [13] jobs; nothing is stored for 3, 4 and 5.
+-- [12] pending jobs, 5 the store holds [13] jobs, 6 past the producer's deadline; nothing is
+-- stored for 3, 4, 5 and 6.
 local job_id, account, queue, envelope = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local due, job_key, dedupe, retention = tonumber(ARGV[5]), ARGV[6], ARGV[7], tonumber(ARGV[8])
 local replays, max_pending, max_jobs = ARGV[11], tonumber(ARGV[12]), tonumber(ARGV[13])
 local qk = queue_keys(1)
 local now = now_seconds()
+local deadline = tonumber(ARGV[16] or '')
 
 if redis.call('HEXISTS', K_META, job_id) == 1 then
   return {0, job_id}
+end
+if deadline and now > deadline then
+  return {6, ''}
 end
 if replays ~= '' and redis.call('HEXISTS', K_DEAD, replays) == 0 then
   return {3, ''}
