@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 
+import pytest
 from celery import Celery
 
 import celery_fairqueue
@@ -22,6 +23,7 @@ ENQUEUE_TIMEOUT = 1.0
 ROUNDS = 50
 
 
+@pytest.mark.slow
 def test_an_enqueue_that_raised_while_redis_was_paused_is_never_stored(redis_server_factory):
     """Redis paused (SIGSTOP) as ``.delay()`` starts and resumed at a random moment around the
     producer's deadline, 50 times: every call that raised left nothing stored, once the late
