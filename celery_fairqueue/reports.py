@@ -20,6 +20,7 @@ from .errors import DeadLetterNotFound, FairqueueError, StoreUnavailableError
 from .idempotency import bound_arguments
 from .install import cancel, run_now
 from .limits import AccountLimit
+from .reasons import reason_text
 from .redaction import redact_arguments
 from .states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, ACCOUNTS_READY
 from .store import (
@@ -114,7 +115,8 @@ def accounts_report(page: AccountPage, now: float,
         ["ACCOUNT", "QUEUE", "READY", "RUNNING", "STATE", "RESUMES IN", "LIMIT", "REASON"],
         [[r.account, r.queue, r.ready, r.running, r.state.label,
           duration(r.deferred_until - now) if r.deferred_until else "-", limit_text(r.limit),
-          states[(r.queue, r.account)].reason_text if (r.queue, r.account) in states else "-"]
+          reason_text(states[(r.queue, r.account)]) if (r.queue, r.account) in states
+          else "-"]
          for r in page.rows])
     footer = f"{len(page.rows)} rows; {page.accounts_ready} accounts have ready jobs."
     if not page.complete:
@@ -149,7 +151,7 @@ def account_report(states: Sequence[QueueState]) -> str:
           ago(s.oldest_waiting, now) if s.oldest_waiting else "-",
           limit_text(s.limit) + (" (default)" if s.limit_is_default and s.limit else "")]
          for s in states])
-    reasons = [f"{s.queue}: {s.reason_text}" + (f" (until {moment(s.until)})" if s.until else "")
+    reasons = [f"{s.queue}: {reason_text(s)}" + (f" (until {moment(s.until)})" if s.until else "")
                for s in states]
     return f"Account {account!r}\n\n{table}\n\n" + "\n".join(reasons)
 

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 import pytest
 
 from celery_fairqueue.limits import AccountLimit
+from celery_fairqueue.reasons import reason_text
 from celery_fairqueue.store import FairStore, StoreInspector, WorkerRegistration
 from tests.harness import wait_until
 from tests.harness.store_tools import claim_jobs
@@ -140,7 +141,7 @@ def test_run_now_still_obeys_the_rate_limit(store):
     state = state_of(store, "acme")
     assert state.reason == "rate_limited"
     assert state.deferred == 1 and state.delayed_future == 0
-    assert state.reason_text.startswith("rate limit: next token in ")
+    assert reason_text(state).startswith("rate limit: next token in ")
     assert state.until is not None and state.until > state.server_time + 3000
 
 
@@ -158,7 +159,7 @@ def test_account_state_says_window_closed_until_reopening(store):
     assert state.until is not None
     opening = datetime.fromtimestamp(state.until, UTC).astimezone(
         __import__("zoneinfo").ZoneInfo("Europe/Berlin"))
-    assert state.reason_text == f"window closed until {opening:%H:%M} Europe/Berlin"
+    assert reason_text(state) == f"window closed until {opening:%H:%M} Europe/Berlin"
     assert state.deferred == 1 and state.ready == 0
     assert state.oldest_waiting is not None  # a deferred job waits too
 
@@ -170,7 +171,7 @@ def test_account_state_says_concurrency_cap_with_the_running_count(store):
         put(store, "acme", n)
     assert claimed_accounts(store) == ["acme", "acme"]
     state = state_of(store, "acme")
-    assert (state.reason, state.reason_text) == ("concurrency_cap",
+    assert (state.reason, reason_text(state)) == ("concurrency_cap",
                                                   "concurrency cap: 2 of 2 running")
     assert (state.ready, state.running) == (1, 2)
 
@@ -179,7 +180,7 @@ def test_account_state_says_no_worker_consumes_this_queue(store):
     put(store, "acme", 1)
     assert state_of(store, "acme").reason == "no_worker"
     live(store, ("critical",))
-    assert state_of(store, "acme").reason_text == "no worker consumes this queue"
+    assert reason_text(state_of(store, "acme")) == "no worker consumes this queue"
     live(store, ("default",))
     state = state_of(store, "acme")
     assert (state.reason, state.ready, state.limit, state.limit_is_default) == (
@@ -190,7 +191,7 @@ def test_account_state_with_nothing_waiting_says_no_ready_jobs(store):
     live(store)
     put(store, "acme", 1, due=store.server_time() + 3600)
     state = state_of(store, "acme")
-    assert (state.reason, state.reason_text) == ("no_ready_jobs", "no ready jobs")
+    assert (state.reason, reason_text(state)) == ("no_ready_jobs", "no ready jobs")
     assert (state.delayed_future, state.delayed_due, state.oldest_waiting) == (1, 0, None)
 
 

@@ -16,6 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from ...reasons import reason_text
 from ...reports import limit_text
 from ...states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, ACCOUNTS_READY, Reason
 from ...store import QueueState
@@ -84,7 +85,7 @@ def _queue_row(queue: str, state: QueueState | None, recorded: dict[str, Any],
         "queue": queue, "state": state,
         "reason": state.reason if state else "unknown",
         "label": reason_label(state.reason) if state else "unknown",
-        "reason_text": state.reason_text if state else (
+        "reason_text": reason_text(state) if state else (
             "the fair store cannot be read" if unreachable else "not in the fair store now"),
         "until": until_words(state.until, server_time) if state else "",
         "limit": limit_text(state.limit) if state and state.limit else "none",
@@ -140,7 +141,7 @@ def reason_of(states: list[QueueState]) -> list[dict[str, str]]:
     ordered = sorted(states, key=lambda s: (REASON_ORDER.index(s.reason)
                                             if s.reason in REASON_ORDER else 0, s.queue))
     return [{"queue": s.queue, "reason": s.reason, "label": reason_label(s.reason),
-             "text": s.reason_text} for s in ordered]
+             "text": reason_text(s)} for s in ordered]
 
 
 def overview_view(request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
