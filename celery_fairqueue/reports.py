@@ -130,13 +130,13 @@ def accounts_text(app: Celery, queues: list[str] | None, account: str | None,
     or running jobs, each with the reason it does not run now."""
     inspector = StoreInspector(app)
     if account is not None:
-        return account_report(inspector.account_state(account, queues))
+        return account_report(inspector.console.account_state(account, queues))
     page = inspector.accounts(queues, limit=limit)
     shown = sorted({r.queue for r in page.rows})
-    workers = inspector.workers()
+    workers = inspector.console.workers()
     states = {(s.queue, s.account): s for a in dict.fromkeys(r.account for r in page.rows)
-              for s in inspector.account_state(a, shown, workers=workers)}
-    return accounts_report(page, inspector.server_time(), states)
+              for s in inspector.console.account_state(a, shown, workers=workers)}
+    return accounts_report(page, inspector.console.server_time(), states)
 
 
 def account_report(states: Sequence[QueueState]) -> str:

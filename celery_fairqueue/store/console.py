@@ -132,14 +132,16 @@ def explain(*, now: float, waiting: int, state: str | None, limit_wake: float | 
     return Reason.RUNNABLE, None
 
 
-class ConsoleViews:
-    """The console's questions; StoreInspector (views.py) provides ``store``, ``client``,
-    ``keys`` and ``queues()``."""
+class ConsoleReader:
+    """The console's questions about one fair store (StoreInspector holds one as ``console``;
+    its status reads the live workers and oldest waiting jobs from here)."""
 
-    store: FairStore
+    def __init__(self, store: FairStore) -> None:
+        self.store = store
 
     def queues(self, names: list[str] | None = None) -> list[str]:
-        raise NotImplementedError  # StoreInspector.queues
+        """``names`` sorted, or every queue the store knows."""
+        return sorted(names) if names else self.store.known_queues()
 
     def server_time(self) -> float:
         """The store's clock (Redis TIME), which every time it keeps is in."""

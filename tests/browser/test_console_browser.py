@@ -65,7 +65,7 @@ def done(ledger) -> int:
 
 
 def state_of(rel, account: str) -> str:
-    return StoreInspector(rel.app).account_state(account, ["celery"])[0].reason
+    return StoreInspector(rel.app).console.account_state(account, ["celery"])[0].reason
 
 
 def row_text(page: Page, queue: str = "celery") -> str:

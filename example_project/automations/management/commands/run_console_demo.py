@@ -48,7 +48,7 @@ class Command(BaseCommand):
         inspector = StoreInspector(app)
 
         def reasons() -> dict[str, str]:
-            return {account: next((s.reason for s in inspector.account_state(account)
+            return {account: next((s.reason for s in inspector.console.account_state(account)
                                    if s.waiting), "-") for account in EXPECTED}
 
         deadline = time.monotonic() + timeout
@@ -63,7 +63,7 @@ class Command(BaseCommand):
             time.sleep(0.3)
         self.stdout.write("the console now shows:")
         for account in EXPECTED:
-            [state] = [s for s in inspector.account_state(account) if s.waiting]
+            [state] = [s for s in inspector.console.account_state(account) if s.waiting]
             self.stdout.write(f"  {account:<12} {reason_text(state)}  {base_url}"
                               f"{account_url(account)}")
         gave_up = Job.objects.filter(account="crm-sync",
