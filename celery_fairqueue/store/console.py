@@ -77,6 +77,10 @@ class WorkerInfo:
     heartbeat: float  # Redis server time of its last heartbeat
     id: str = ""  # its lease token (hostname/pid/random): unique per worker process
     expires: float = 0.0  # when it leaves the registry unless it beats again
+    started: float | None = None  # when it started (its own clock); None: an older worker
+    succeeded: int = 0  # fair jobs it ran that succeeded since it started
+    failed: int = 0  # fair jobs it ran that failed (to a retry or a dead letter)
+    running: tuple[str, ...] = ()  # delivery ids of the jobs it holds leases on now
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,11 @@ class ConsoleReader:
         pipe = client.pipeline(transaction=False)
         pipe.zrange(keys.workers, 0, -1, withscores=True)
         pipe.hgetall(keys.worker_info)
-        registered, infos = pipe.execute()
+        pipe.hgetall(keys.owners)  # job -> worker token: as many as the workers' slots
+        registered, infos, owners = pipe.execute()
+        running: dict[str, list[str]] = {}
+        for job_id, token in sorted(owners.items()):
+            running.setdefault(token, []).append(job_id)
         found = []
         for worker_id, expires in registered:
             raw = infos.get(worker_id)
@@ -168,7 +176,11 @@ class ConsoleReader:
             found.append(WorkerInfo(name=str(data.get("name") or worker_id),
                                     queues=tuple(data.get("queues") or ()),
                                     slots=int(data.get("slots") or 0), heartbeat=entry.heartbeat,
-                                    id=str(worker_id), expires=float(expires)))
+                                    id=str(worker_id), expires=float(expires),
+                                    started=_float(data.get("started")) or None,
+                                    succeeded=int(data.get("succeeded") or 0),
+                                    failed=int(data.get("failed") or 0),
+                                    running=tuple(running.get(worker_id, ()))))
         return sorted(found, key=lambda w: (w.name, w.id))
 
     def consumers(self, workers: Sequence[WorkerInfo] | None = None) -> dict[str, int]:

@@ -98,3 +98,25 @@ def test_dead_worker_leaves_the_registry(fair, celery_worker_factory):
     fair.job.delay("acme", 1)
     [state] = inspector.console.account_state("acme", ["celery"])
     assert state.reason == "no_worker"
+
+
+@pytest.mark.slow
+def test_the_registry_shows_each_workers_running_jobs_counts_and_uptime(
+        fair, celery_worker_factory, ledger):
+    """The console's workers table, as Flower and Sidekiq's Busy page: what each worker runs
+    now, how many it ran (succeeded, failed) and since when it is up."""
+    worker = celery_worker_factory(APP, concurrency=2)
+    fair.job.delay("acme", 1)
+    fair.flaky.delay("acme", 2, 1)  # one failed attempt (a retry), then success
+    fair.job.delay("slow", 3, 30)
+    inspector = StoreInspector(fair.app)
+
+    def shown():
+        [w] = inspector.console.workers() or [None]
+        return w is not None and w.succeeded == 2 and w.failed == 1 and len(w.running) == 1
+
+    assert wait_until(shown, timeout=30), inspector.console.workers()
+    [w] = inspector.console.workers()
+    assert w.name == worker.hostname
+    assert w.running[0].endswith(":0")  # the slow job's delivery id
+    assert w.started is not None and 0 <= inspector.console.server_time() - w.started < 120

@@ -16,7 +16,7 @@ from django.utils import timezone
 from .models import Attempt, Job
 from .overview import age
 
-__all__ = ["account_queues", "age", "now", "recent_jobs", "throughput"]
+__all__ = ["account_queues", "age", "dead_last_hour", "now", "recent_jobs", "throughput"]
 
 Status = Job.Status
 HOUR = timedelta(hours=1)
@@ -47,6 +47,14 @@ def account_queues(account: str, now: datetime) -> dict[str, dict[str, Any]]:
     for row in failures:
         found.setdefault(row["job__queue"], {"queue": row["job__queue"]})["failed_hour"] = row["n"]
     return found
+
+
+def dead_last_hour(accounts: list[str], now: datetime) -> dict[str, int]:
+    """Per account of ``accounts`` (a page's), the jobs dead-lettered in the last hour."""
+    rows = (Job.objects.filter(account__in=accounts, status=Status.DEAD,
+                               finished_at__gte=now - HOUR)
+            .values("account").annotate(n=Count("id")).order_by())
+    return {row["account"]: row["n"] for row in rows}
 
 
 def recent_jobs(account: str, limit: int = 20) -> list[Job]:
