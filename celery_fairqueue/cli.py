@@ -46,7 +46,7 @@ from .reports import (
     status_report,
     workers_report,
 )
-from .store import DeadLetters, StoreInspector, store_for
+from .store import ConsoleReader, DeadLetters, StoreInspector, store_for
 
 # -- the celery sub-command ------------------------------------------------------------------
 
@@ -122,16 +122,16 @@ def accounts(ctx: click.Context, queues: list[str] | None, account: str | None, 
 @click.pass_context
 def jobs(ctx: click.Context, account: str, limit: int, **kwargs: Any) -> None:
     """An account's jobs in the fair store now: running, ready or deferred, delayed."""
-    inspector = StoreInspector(_app(ctx))
-    ctx.obj.echo(jobs_report(inspector.live_jobs(account, limit), inspector.server_time()))
+    reader = ConsoleReader(store_for(_app(ctx)))
+    ctx.obj.echo(jobs_report(reader.live_jobs(account, limit), reader.server_time()))
 
 
 @fairqueue.command(cls=StoreCommand)
 @click.pass_context
 def workers(ctx: click.Context, **kwargs: Any) -> None:
     """Live workers (registered by their heartbeat): queues, slots, last heartbeat."""
-    inspector = StoreInspector(_app(ctx))
-    ctx.obj.echo(workers_report(inspector.workers(), inspector.server_time()))
+    reader = ConsoleReader(store_for(_app(ctx)))
+    ctx.obj.echo(workers_report(reader.workers(), reader.server_time()))
 
 
 scope_options = [

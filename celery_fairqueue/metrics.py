@@ -123,7 +123,7 @@ class FairqueueCollector:
     def _waiting_metrics(self) -> Iterator[Metric]:
         """How long jobs wait, per queue and for the accounts waiting longest; live workers."""
         inspector = StoreInspector(self.app)
-        now = inspector.server_time()
+        now = inspector.console.server_time()
         queue_age = GaugeMetricFamily(
             "fairqueue_oldest_waiting_age_seconds",
             "Seconds the oldest waiting job of the queue (ready, deferred, paused, or delayed "
@@ -134,11 +134,11 @@ class FairqueueCollector:
             "each queue waiting longest (fairqueue_metrics_top_accounts), with the reason it "
             "does not run.", labels=["queue", "account", "reason"])
         top = store_for(self.app).settings.metrics_top_accounts
-        workers = inspector.workers()
-        for queue, since in inspector.queue_oldest_waiting().items():
+        workers = inspector.console.workers()
+        for queue, since in inspector.console.queue_oldest_waiting().items():
             queue_age.add_metric([queue], max(now - since, 0.0) if since else 0.0)
-            for account, waiting in inspector.oldest_accounts(queue, top) if since else []:
-                [state] = inspector.account_state(account, [queue], workers=workers)
+            for account, waiting in inspector.console.oldest_accounts(queue, top) if since else []:
+                [state] = inspector.console.account_state(account, [queue], workers=workers)
                 account_age.add_metric([queue, label(account), state.reason],
                                        max(now - waiting, 0.0))
         yield queue_age
@@ -153,7 +153,7 @@ class FairqueueCollector:
                                 value=len(workers))
         yield GaugeMetricFamily("fairqueue_operator_pauses",
                                 "Accounts and queues paused by an operator.",
-                                value=len(inspector.pauses()))
+                                value=len(inspector.console.pauses()))
 
     def _oldest_ready_age(self) -> Metric:
         gauge = GaugeMetricFamily("fairqueue_oldest_ready_age_seconds",

@@ -21,6 +21,7 @@ from .errors import DeadLetterNotFound, FairqueueError, InvalidLimitError, Store
 from .idempotency import bound_arguments
 from .install import cancel, clear_account_limit, run_now, set_account_limit
 from .limits import AccountLimit
+from .reasons import reason_text
 from .redaction import redact_arguments
 from .states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, ACCOUNTS_READY
 from .store import (
@@ -168,7 +169,7 @@ def accounts_report(page: AccountPage, now: float,
         ["ACCOUNT", "QUEUE", "READY", "RUNNING", "STATE", "RESUMES IN", "LIMIT", "REASON"],
         [[r.account, r.queue, s.ready if s else r.ready, s.running if s else r.running,
           waiting_text(r, s), duration(r.deferred_until - now) if r.deferred_until else "-",
-          limit_text(r.limit), s.reason_text if s else "-"]
+          limit_text(r.limit), reason_text(s) if s else "-"]
          for r, s in ((r, states.get((r.queue, r.account))) for r in page.rows)])
     footer = f"{len(page.rows)} rows; {page.accounts_ready} accounts have ready jobs."
     if not page.complete:
@@ -183,13 +184,13 @@ def accounts_text(app: Celery, queues: list[str] | None, account: str | None,
     now."""
     inspector = StoreInspector(app)
     if account is not None:
-        return account_report(inspector.account_state(account, queues))
+        return account_report(inspector.console.account_state(account, queues))
     page = inspector.accounts(queues, limit=limit)
     shown = sorted({r.queue for r in page.rows})
-    workers = inspector.workers()
+    workers = inspector.console.workers()
     states = {(s.queue, s.account): s for a in dict.fromkeys(r.account for r in page.rows)
-              for s in inspector.account_state(a, shown, workers=workers)}
-    return accounts_report(page, inspector.server_time(), states)
+              for s in inspector.console.account_state(a, shown, workers=workers)}
+    return accounts_report(page, inspector.console.server_time(), states)
 
 
 def account_report(states: Sequence[QueueState]) -> str:
@@ -204,7 +205,7 @@ def account_report(states: Sequence[QueueState]) -> str:
           ago(s.oldest_waiting, now) if s.oldest_waiting else "-",
           limit_text(s.limit) + (" (default)" if s.limit_is_default and s.limit else "")]
          for s in states])
-    reasons = [f"{s.queue}: {s.reason_text}" + (f" (until {moment(s.until)})" if s.until else "")
+    reasons = [f"{s.queue}: {reason_text(s)}" + (f" (until {moment(s.until)})" if s.until else "")
                for s in states]
     return f"Account {account!r}\n\n{table}\n\n" + "\n".join(reasons)
 

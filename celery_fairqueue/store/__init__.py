@@ -6,7 +6,7 @@ account ids go in and come out decoded.
 """
 
 from .client import display_url
-from .console import REASONS, LiveJob, QueueState, WorkerInfo
+from .console import REASONS, ConsoleReader, LiveJob, QueueState, WorkerInfo
 from .core import FairStore, store_for
 from .dead_letters import DeadLetter, DeadLetterNotFound, DeadLetters
 from .events import RECORDER_GROUP, EventReader, Leadership
@@ -33,6 +33,7 @@ __all__ = [
     "AccountPage",
     "AccountRow",
     "Claim",
+    "ConsoleReader",
     "DeadLetter",
     "DeadLetterNotFound",
     "DeadLetters",

@@ -1,5 +1,6 @@
-"""The support console's live views of the fair store: why an account waits, in words; the live
-workers; the oldest waiting job per queue; an account's jobs as the store holds them now.
+"""The support console's live views of the fair store: why an account waits and until when
+(facts: celery_fairqueue.reasons puts them in words); the live workers; the oldest waiting job
+per queue; an account's jobs as the store holds them now.
 
 Read-only, like views.py, and bounded the same way: per-account facts come from hash fields
 and sorted-set ranges, never from a scan of a whole queue; where a listing is bounded (an
@@ -14,11 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from ..envelope import Envelope, MalformedEnvelopeError
-from ..limits import AccountLimit, zone
+from ..limits import AccountLimit
 from ..protocol import normalize_id, task_id_of
 from ..states import DeferReason, Reason, ready_and_deferred
 from .core import FairStore
@@ -46,7 +46,6 @@ class QueueState:
     queue: str
     account: str
     reason: Reason  # one of REASONS (a str)
-    reason_text: str  # the reason in words, e.g. "rate limit: next token in 3.2 s"
     until: float | None  # Redis server time when the reason ends, if known
     ready: int  # ready jobs the rotation may hand out (also while paused by an operator)
     deferred: int  # ready jobs of an account its rate limit or window deferred
@@ -78,6 +77,10 @@ class WorkerInfo:
     heartbeat: float  # Redis server time of its last heartbeat
     id: str = ""  # its lease token (hostname/pid/random): unique per worker process
     expires: float = 0.0  # when it leaves the registry unless it beats again
+    started: float | None = None  # when it started (its own clock); None: an older worker
+    succeeded: int = 0  # fair jobs it ran that succeeded since it started
+    failed: int = 0  # fair jobs it ran that failed (to a retry or a dead letter)
+    running: tuple[str, ...] = ()  # delivery ids of the jobs it holds leases on now
 
 
 @dataclass(frozen=True)
@@ -108,61 +111,41 @@ def _float(value: Any) -> float | None:
     return float(value) if value is not None else None
 
 
-def format_clock(at: float) -> str:
-    """``12:03:07 UTC`` (today's time of a pause, in UTC like the CLI's other times)."""
-    return datetime.fromtimestamp(at, zone("UTC")).strftime("%H:%M:%S UTC")
-
-
-def format_opening(at: float, tz: str | None, now: float) -> str:
-    """``09:00 Europe/Berlin``, with the weekday and date when it is not within a day."""
-    local = datetime.fromtimestamp(at, zone(tz or "UTC"))
-    shown = local.strftime("%H:%M") if at - now < 86400 else local.strftime("%a %Y-%m-%d %H:%M")
-    return f"{shown} {tz or 'UTC'}"
-
-
-def pause_text(pause: OperatorPause) -> str:
-    who = pause.by or "an operator"
-    text = f"{'queue ' if pause.scope == 'queue' else ''}paused by {who} at " \
-           f"{format_clock(pause.at)}"
-    return f"{text}: {pause.reason}" if pause.reason else text
-
-
-def explain(*, now: float, waiting: int, running: int, state: str | None,
-            limit_wake: float | None, deferral: Deferral | None, limit: AccountLimit | None,
-            pause: OperatorPause | None, consumed: bool) -> tuple[Reason, str, float | None]:
-    """Why the account's next job does not run now, and until when: an operator's pause, the
-    queue's circumstances, or the deferral the claim recorded where it decided it (claim.lua);
-    the limit rules themselves are not repeated here."""
+def explain(*, now: float, waiting: int, state: str | None, limit_wake: float | None,
+            deferral: Deferral | None, pause: OperatorPause | None,
+            consumed: bool) -> tuple[Reason, float | None]:
+    """Why the account's next job does not run now, and until when (server time; None: not
+    known or not timed): an operator's pause, the queue's circumstances, or the deferral the
+    claim recorded where it decided it (claim.lua); the limit rules are not repeated here.
+    Facts only: celery_fairqueue.reasons puts them in words."""
     if pause is not None:
-        return Reason.PAUSED, pause_text(pause), None
+        return Reason.PAUSED, None
     if waiting <= 0:
-        return Reason.NO_READY_JOBS, "no ready jobs", None
+        return Reason.NO_READY_JOBS, None
     if not consumed:
-        return Reason.NO_WORKER, "no worker consumes this queue", None
+        return Reason.NO_WORKER, None
     if state == "c":
-        cap = limit.concurrency if limit and limit.concurrency else running
-        return (Reason.CONCURRENCY_CAP, f"concurrency cap: {running} of {cap} running",
-                None)
+        return Reason.CONCURRENCY_CAP, None
     if state == "p":
         until = deferral.until if deferral and deferral.until else limit_wake
         if until is not None and until > now:
             if deferral and deferral.reason == DeferReason.WINDOW_CLOSED:
-                tz = limit.tz if limit else None
-                return (Reason.WINDOW_CLOSED,
-                        f"window closed until {format_opening(until, tz, now)}", until)
+                return Reason.WINDOW_CLOSED, until
             # a rate deferral, or one an older claim made without a record
-            return Reason.RATE_LIMITED, f"rate limit: next token in {until - now:.1f} s", until
-    return Reason.RUNNABLE, "runnable: next in turn for a free worker slot", None
+            return Reason.RATE_LIMITED, until
+    return Reason.RUNNABLE, None
 
 
-class ConsoleViews:
-    """The console's questions; StoreInspector (views.py) provides ``store``, ``client``,
-    ``keys`` and ``queues()``."""
+class ConsoleReader:
+    """The console's questions about one fair store (StoreInspector holds one as ``console``;
+    its status reads the live workers and oldest waiting jobs from here)."""
 
-    store: FairStore
+    def __init__(self, store: FairStore) -> None:
+        self.store = store
 
     def queues(self, names: list[str] | None = None) -> list[str]:
-        raise NotImplementedError  # StoreInspector.queues
+        """``names`` sorted, or every queue the store knows."""
+        return sorted(names) if names else self.store.known_queues()
 
     def server_time(self) -> float:
         """The store's clock (Redis TIME), which every time it keeps is in."""
@@ -178,7 +161,11 @@ class ConsoleViews:
         pipe = client.pipeline(transaction=False)
         pipe.zrange(keys.workers, 0, -1, withscores=True)
         pipe.hgetall(keys.worker_info)
-        registered, infos = pipe.execute()
+        pipe.hgetall(keys.owners)  # job -> worker token: as many as the workers' slots
+        registered, infos, owners = pipe.execute()
+        running: dict[str, list[str]] = {}
+        for job_id, token in sorted(owners.items()):
+            running.setdefault(token, []).append(job_id)
         found = []
         for worker_id, expires in registered:
             raw = infos.get(worker_id)
@@ -189,7 +176,11 @@ class ConsoleViews:
             found.append(WorkerInfo(name=str(data.get("name") or worker_id),
                                     queues=tuple(data.get("queues") or ()),
                                     slots=int(data.get("slots") or 0), heartbeat=entry.heartbeat,
-                                    id=str(worker_id), expires=float(expires)))
+                                    id=str(worker_id), expires=float(expires),
+                                    started=_float(data.get("started")) or None,
+                                    succeeded=int(data.get("succeeded") or 0),
+                                    failed=int(data.get("failed") or 0),
+                                    running=tuple(running.get(worker_id, ()))))
         return sorted(found, key=lambda w: (w.name, w.id))
 
     def consumers(self, workers: Sequence[WorkerInfo] | None = None) -> dict[str, int]:
@@ -262,7 +253,7 @@ class ConsoleViews:
     def account_state(self, account: str, queues: list[str] | None = None, *,
                       workers: Sequence[WorkerInfo] | None = None) -> list[QueueState]:
         """The account's live state in each queue (default: every known queue), with the reason
-        it does not run now in words and until when. ``workers`` (from :meth:`workers`) saves
+        it does not run now and until when. ``workers`` (from :meth:`workers`) saves
         reading them again when asking about many accounts."""
         names = self.queues(queues)
         store, client, keys = self.store, self.store.client, self.store.keys
@@ -341,12 +332,11 @@ class ConsoleViews:
                 oldest = min(known) if oldest is None else min(oldest, *known)
             complete = complete and len(heads) >= nready  # all read: none beyond the bound
         ready, deferred = ready_and_deferred(nready, state)
-        reason, text, until = explain(
-            now=now, waiting=nready + delayed_due, running=running, state=state,
-            limit_wake=limit_wake, deferral=deferral, limit=limit, pause=pause,
-            consumed=consumed)
+        reason, until = explain(
+            now=now, waiting=nready + delayed_due, state=state, limit_wake=limit_wake,
+            deferral=deferral, pause=pause, consumed=consumed)
         return QueueState(
-            queue=queue, account=account, reason=reason, reason_text=text, until=until,
+            queue=queue, account=account, reason=reason, until=until,
             ready=ready, deferred=deferred, delayed_due=delayed_due,
             delayed_future=max(ndelayed - delayed_due, 0), running=running,
             oldest_waiting=oldest, limit=limit, limit_is_default=not own,

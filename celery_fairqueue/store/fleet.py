@@ -22,9 +22,14 @@ class WorkerRegistration:
     name: str  # its Celery hostname (celery@host)
     queues: Sequence[str]
     slots: int  # pool size: jobs it can run at once
+    started: float = 0.0  # when it started (epoch seconds, its own clock)
+    succeeded: int = 0  # fair jobs it ran that succeeded, since it started
+    failed: int = 0  # fair jobs it ran that failed (to a retry or a dead letter)
 
     def to_json(self) -> str:
-        return json.dumps({"name": self.name, "queues": list(self.queues), "slots": self.slots})
+        return json.dumps({"name": self.name, "queues": list(self.queues), "slots": self.slots,
+                           "started": self.started, "succeeded": self.succeeded,
+                           "failed": self.failed})
 
 
 

@@ -72,6 +72,7 @@ class Lease:
     holder: LeaseHolder | None = field(default=None, repr=False)
     success: bool = False  # its task succeeded: the ack marks its business key done
     settled: bool = False
+    outcome: str = ""  # how it settled: "ack", "requeue", "give back" or "dead-letter"
 
     # -- what Celery's request and the task see ----------------------------------------------
 
@@ -129,6 +130,7 @@ class Lease:
             logger.warning("fairqueue: %s of job %s, which settled already", doing, self.job_id)
             return False
         self.settled = True
+        self.outcome = doing
         if self.holder is not None:
             self.holder.released(self)
         return not self.expired

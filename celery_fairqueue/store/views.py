@@ -15,7 +15,7 @@ from celery import Celery
 from ..envelope import Envelope, MalformedEnvelopeError
 from ..limits import AccountLimit
 from ..states import STATE_CODES, AccountState, DeferReason, ready_and_deferred
-from .console import ConsoleViews, WorkerInfo
+from .console import ConsoleReader, WorkerInfo
 from .core import store_for
 from .keys import QueueKeys, decode_id, encode_id
 from .operator import OperatorPause, paused_accounts
@@ -123,17 +123,19 @@ def _task_name(envelope: str | None) -> str | None:
         return None
 
 
-class StoreInspector(ConsoleViews):
-    """Answers the operator's questions about one app's fair store (the console's live views
-    come from :class:`~celery_fairqueue.store.console.ConsoleViews`)."""
+class StoreInspector:
+    """Answers the operator's questions about one app's fair store: totals, accounts, scheduled
+    jobs; ``console`` (a :class:`~celery_fairqueue.store.console.ConsoleReader`) answers the
+    console's live questions (why an account waits, live workers, an account's jobs)."""
 
     def __init__(self, app: Celery) -> None:
         self.store = store_for(app)
         self.client = self.store.client
         self.keys = self.store.keys
+        self.console = ConsoleReader(self.store)
 
     def queues(self, names: list[str] | None = None) -> list[str]:
-        return sorted(names) if names else self.store.known_queues()
+        return self.console.queues(names)
 
     def status(self, queues: list[str] | None = None, deferred_limit: int = 10) -> StoreStatus:
         """Totals per queue with their oldest waiting job and live workers, the accounts
@@ -141,9 +143,9 @@ class StoreInspector(ConsoleViews):
         rows, deferred = [], []
         pauses = self.store.pauses()
         names = self.queues(queues)
-        oldest = self.queue_oldest_waiting(names)
-        workers = self.workers()
-        consumers = self.consumers(workers)
+        oldest = self.console.queue_oldest_waiting(names)
+        workers = self.console.workers()
+        consumers = self.console.consumers(workers)
         for queue in names:
             qk = self.keys.queue(queue)
             pipe = self.client.pipeline(transaction=False)

@@ -115,7 +115,7 @@ class DelayedJobs:
         consumer (by name, then lease token) it is. A worker not in the registry yet (it
         registers as it starts, then on each heartbeat) counts itself."""
         me = (str(self.consumer.hostname), self.token)
-        workers = self.inspector.workers()
+        workers = self.inspector.console.workers()
         return [queue for queue in self.queues
                 if min([me, *((w.name, w.id) for w in workers if queue in w.queues)]) == me]
 

@@ -62,6 +62,8 @@ class FairDispatcher:
         self._default_limit = ""
         self._claims = Outage("claiming")
         self._default_limit_at = 0.0
+        self._started = time.time()
+        self._succeeded = self._failed = 0
 
     # -- lifecycle (called by the bootstep) ----------------------------------------------------
 
@@ -121,7 +123,9 @@ class FairDispatcher:
     def registration(self) -> WorkerRegistration:
         """What the registry of live workers shows of this worker (the console, status)."""
         return WorkerRegistration(name=str(self.consumer.hostname), queues=tuple(self.queues),
-                                  slots=int(getattr(self.consumer.pool, "num_processes", 0) or 0))
+                                  slots=int(getattr(self.consumer.pool, "num_processes", 0) or 0),
+                                  started=self._started, succeeded=self._succeeded,
+                                  failed=self._failed)
 
     # -- claiming ------------------------------------------------------------------------------
 
@@ -276,6 +280,11 @@ class FairDispatcher:
 
     def released(self, lease: Lease) -> None:
         self.held.pop(lease.job_id, None)
+        # the registry's counts (the console's workers): a requeue or give-back is neither
+        if lease.outcome == "ack" and lease.success:
+            self._succeeded += 1
+        elif lease.outcome in ("ack", "dead-letter"):
+            self._failed += 1
 
     def ack_later(self, lease: Lease) -> bool:
         """While claiming, an ack rides with the next claim: one round trip for many."""

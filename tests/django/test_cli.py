@@ -254,14 +254,14 @@ def test_celery_jobs_cancel_and_run_now(rel, redis_url):
     assert run.returncode == 1
     assert f"made {later.id} ready" in run.stdout
     assert f"not made ready {ready.id}: not delayed" in run.stderr
-    assert [r.state for r in store_inspector(rel).live_jobs("acme")] == ["ready", "ready"]
+    assert [r.state for r in store_inspector(rel).console.live_jobs("acme")] == ["ready", "ready"]
 
     cancelled = celery("cancel", f"{ready.id}:0", "nope", redis_url=redis_url)
     assert cancelled.returncode == 1
     assert f"cancelled {ready.id}:0" in cancelled.stdout and "not cancelled nope" in \
         cancelled.stderr
     assert ready.state == "REVOKED"
-    assert [j.job_id for j in store_inspector(rel).live_jobs("acme")] == [f"{later.id}:0"]
+    assert [j.job_id for j in store_inspector(rel).console.live_jobs("acme")] == [f"{later.id}:0"]
     assert "no job in the fair store" in celery("jobs", "--account", "nobody",
                                                  redis_url=redis_url).stdout
 

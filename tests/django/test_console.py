@@ -120,10 +120,10 @@ def test_pause_records_who_and_why_and_the_page_says_so(rel):
     assert response.status_code == 302 and response["Location"] == account_url("acme")
     page = client.get(account_url("acme")).content.decode()
     assert "paused by alice" in page and "billing hold" in page
-    [state] = StoreInspector(rel.app).account_state("acme")
+    [state] = StoreInspector(rel.app).console.account_state("acme")
     assert state.reason == "paused"
     client.post(action_url(), {"action": "resume", "account": "acme"})
-    [state] = StoreInspector(rel.app).account_state("acme")
+    [state] = StoreInspector(rel.app).console.account_state("acme")
     assert state.reason != "paused"
     assert [e.change_message for e in LogEntry.objects.order_by("id")] == [
         "Paused account 'acme': billing hold", "Resumed account 'acme'"]

@@ -14,7 +14,7 @@ def listing(store) -> tuple[AccountPage, dict, str]:
     inspector = Inspector(store)
     page = inspector.accounts()
     states = {(s.queue, s.account): s for row in page.rows
-              for s in inspector.account_state(row.account, [row.queue])}
+              for s in inspector.console.account_state(row.account, [row.queue])}
     return page, states, accounts_report(page, store.server_time(), states)
 
 

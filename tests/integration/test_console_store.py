@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 import pytest
 
 from celery_fairqueue.limits import AccountLimit
-from celery_fairqueue.store import FairStore, StoreInspector, WorkerRegistration
+from celery_fairqueue.reasons import reason_text
+from celery_fairqueue.store import ConsoleReader, FairStore, StoreInspector, WorkerRegistration
 from tests.harness import wait_until
 from tests.harness.store_tools import claim_jobs
 
@@ -23,6 +24,7 @@ class Inspector(StoreInspector):
         self.store = store
         self.client = store.client
         self.keys = store.keys
+        self.console = ConsoleReader(store)
 
 
 def claimed_accounts(store, queues=("default",), want=10, limit=NO_LIMIT):
@@ -45,7 +47,7 @@ def live(store, queues=("default",)):
 
 
 def state_of(store, account, queue="default"):
-    [state] = Inspector(store).account_state(account, [queue])
+    [state] = Inspector(store).console.account_state(account, [queue])
     return state
 
 
@@ -140,7 +142,7 @@ def test_run_now_still_obeys_the_rate_limit(store):
     state = state_of(store, "acme")
     assert state.reason == "rate_limited"
     assert state.deferred == 1 and state.delayed_future == 0
-    assert state.reason_text.startswith("rate limit: next token in ")
+    assert reason_text(state).startswith("rate limit: next token in ")
     assert state.until is not None and state.until > state.server_time + 3000
 
 
@@ -158,7 +160,7 @@ def test_account_state_says_window_closed_until_reopening(store):
     assert state.until is not None
     opening = datetime.fromtimestamp(state.until, UTC).astimezone(
         __import__("zoneinfo").ZoneInfo("Europe/Berlin"))
-    assert state.reason_text == f"window closed until {opening:%H:%M} Europe/Berlin"
+    assert reason_text(state) == f"window closed until {opening:%H:%M} Europe/Berlin"
     assert state.deferred == 1 and state.ready == 0
     assert state.oldest_waiting is not None  # a deferred job waits too
 
@@ -170,7 +172,7 @@ def test_account_state_says_concurrency_cap_with_the_running_count(store):
         put(store, "acme", n)
     assert claimed_accounts(store) == ["acme", "acme"]
     state = state_of(store, "acme")
-    assert (state.reason, state.reason_text) == ("concurrency_cap",
+    assert (state.reason, reason_text(state)) == ("concurrency_cap",
                                                   "concurrency cap: 2 of 2 running")
     assert (state.ready, state.running) == (1, 2)
 
@@ -179,7 +181,7 @@ def test_account_state_says_no_worker_consumes_this_queue(store):
     put(store, "acme", 1)
     assert state_of(store, "acme").reason == "no_worker"
     live(store, ("critical",))
-    assert state_of(store, "acme").reason_text == "no worker consumes this queue"
+    assert reason_text(state_of(store, "acme")) == "no worker consumes this queue"
     live(store, ("default",))
     state = state_of(store, "acme")
     assert (state.reason, state.ready, state.limit, state.limit_is_default) == (
@@ -190,7 +192,7 @@ def test_account_state_with_nothing_waiting_says_no_ready_jobs(store):
     live(store)
     put(store, "acme", 1, due=store.server_time() + 3600)
     state = state_of(store, "acme")
-    assert (state.reason, state.reason_text) == ("no_ready_jobs", "no ready jobs")
+    assert (state.reason, reason_text(state)) == ("no_ready_jobs", "no ready jobs")
     assert (state.delayed_future, state.delayed_due, state.oldest_waiting) == (1, 0, None)
 
 
@@ -209,28 +211,28 @@ def test_oldest_waiting_counts_ready_and_due_delayed_jobs_not_future_ones(store)
     inspector = Inspector(store)
     start = store.server_time()
     put(store, "far", 1, due=start + 3600)
-    assert inspector.queue_oldest_waiting() == {"default": None}
+    assert inspector.console.queue_oldest_waiting() == {"default": None}
     due = start + 0.3
     put(store, "soon", 1, due=due)
     assert wait_until(lambda: store.server_time() > due, timeout=10)
-    assert inspector.queue_oldest_waiting()["default"] == pytest.approx(due, abs=1e-3)
+    assert inspector.console.queue_oldest_waiting()["default"] == pytest.approx(due, abs=1e-3)
     state = state_of(store, "soon")
     assert (state.delayed_due, state.oldest_waiting) == (1, pytest.approx(due, abs=1e-3))
     put(store, "now", 1)
     drain(store)  # promotes "soon" (ready since its due time) and runs both
-    assert inspector.queue_oldest_waiting() == {"default": None}
+    assert inspector.console.queue_oldest_waiting() == {"default": None}
 
 
 def test_oldest_waiting_of_a_queue_is_its_oldest_ready_job_and_moves_on_when_claimed(store):
     inspector = Inspector(store)
     put(store, "a", 1)
-    first = inspector.queue_oldest_waiting()["default"]
+    first = inspector.console.queue_oldest_waiting()["default"]
     put(store, "b", 1)
-    assert inspector.queue_oldest_waiting()["default"] == first
-    assert inspector.oldest_accounts("default", top=5) == [("a", first), ("b", pytest.approx(
-        first, abs=5))]
+    assert inspector.console.queue_oldest_waiting()["default"] == first
+    assert inspector.console.oldest_accounts("default", top=5) == [
+        ("a", first), ("b", pytest.approx(first, abs=5))]
     claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT)
-    assert inspector.queue_oldest_waiting()["default"] > first
+    assert inspector.console.queue_oldest_waiting()["default"] > first
 
 
 def test_cancel_takes_a_job_out_of_the_console_views_too(store):
@@ -239,8 +241,8 @@ def test_cancel_takes_a_job_out_of_the_console_views_too(store):
     put(store, "acme", 2, due=store.server_time() + 3600)
     assert store.cancel(job_id) == [job_id]  # a delivery id as the console shows it
     assert store.cancel("acme-2") == ["acme-2:0"]
-    assert inspector.queue_oldest_waiting() == {"default": None}
-    assert inspector.live_jobs("acme") == []
+    assert inspector.console.queue_oldest_waiting() == {"default": None}
+    assert inspector.console.live_jobs("acme") == []
     assert state_of(store, "acme").delayed_future == 0
 
 
@@ -252,14 +254,14 @@ def test_live_jobs_lists_running_ready_and_delayed_jobs_of_the_account(store):
     later = store.server_time() + 3600
     put(store, "acme", 9, due=later)
     [running] = claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT)
-    jobs = inspector.live_jobs("acme")
+    jobs = inspector.console.live_jobs("acme")
     assert [(j.job_id, j.state) for j in jobs] == [
         (running.job_id, "running"), ("acme-1:0", "ready"), ("acme-2:0", "ready"),
         ("acme-9:0", "delayed")]
     assert jobs[-1].due == pytest.approx(later, abs=1e-3)
     assert all(j.since is not None for j in jobs[:3]) and jobs[-1].since is None
     assert {j.task for j in jobs} == {"t"} and jobs[0].task_id == "acme-0"
-    assert len(inspector.live_jobs("acme", limit=2)) == 2
+    assert len(inspector.console.live_jobs("acme", limit=2)) == 2
 
 
 def test_dead_worker_leaves_the_registry(make_store):
@@ -267,13 +269,13 @@ def test_dead_worker_leaves_the_registry(make_store):
     inspector = Inspector(store)
     beat = store.register_worker("w1", WorkerRegistration("celery@a", ("default", "x"), 3))
     store.register_worker("w2", WorkerRegistration("celery@b", ("default",), 1))
-    [a, _] = inspector.workers()
+    [a, _] = inspector.console.workers()
     assert (a.name, a.queues, a.slots, a.heartbeat) == ("celery@a", ("default", "x"), 3, beat)
-    assert inspector.consumers() == {"default": 2, "x": 1}
+    assert inspector.console.consumers() == {"default": 2, "x": 1}
     store.unregister_worker("w2")  # a clean shutdown leaves at once
-    assert [w.name for w in inspector.workers()] == ["celery@a"]
+    assert [w.name for w in inspector.console.workers()] == ["celery@a"]
     # w1 stops beating (killed): it is gone once its registration expires
-    assert wait_until(lambda: inspector.workers() == [], timeout=10)
+    assert wait_until(lambda: inspector.console.workers() == [], timeout=10)
     store.register_worker("w3", WorkerRegistration("celery@c", ("default",), 1))
     assert store.client.hkeys(store.keys.worker_info) == ["w3"]  # the dead one was dropped
 
@@ -283,7 +285,7 @@ def test_heartbeat_extends_leases_and_renews_the_registration_in_one_call(store)
     [job] = claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT)
     registration = WorkerRegistration("celery@a", ("default",), 2)
     assert store.heartbeat(TOKEN, registration, [job.job_id, "gone:0"]) == ["gone:0"]
-    assert [w.id for w in Inspector(store).workers()] == [TOKEN]
+    assert [w.id for w in Inspector(store).console.workers()] == [TOKEN]
     assert store.heartbeat(TOKEN, registration, []) == []
 
 
@@ -334,10 +336,10 @@ def test_a_lone_surrogate_account_is_a_valid_metric_label(fair, redis_client):
 def test_a_waiting_entry_whose_job_is_gone_does_not_age_the_queue(store):
     inspector = Inspector(store)
     put(store, "acme", 1)
-    since = inspector.queue_oldest_waiting()["default"]
+    since = inspector.console.queue_oldest_waiting()["default"]
     # a code path that dropped a job without its waiting entry (as an older script would)
     store.client.zadd(store.keys.queue("default").waiting, {"lost:0": since - 3600})
-    assert inspector.queue_oldest_waiting()["default"] == since
+    assert inspector.console.queue_oldest_waiting()["default"] == since
 
 
 def test_the_accounts_listing_shows_an_operator_pause_as_paused(store):
@@ -351,12 +353,12 @@ def test_the_accounts_listing_shows_an_operator_pause_as_paused(store):
 def test_an_expired_job_dropped_at_claim_leaves_the_console_views(store):
     inspector = Inspector(store)
     put(store, "acme", 1, expires=store.server_time() + 0.2)
-    assert wait_until(lambda: store.server_time() > inspector.queue_oldest_waiting()["default"]
-                      + 0.2, timeout=10)
+    assert wait_until(lambda: store.server_time()
+                      > inspector.console.queue_oldest_waiting()["default"] + 0.2, timeout=10)
     claim = store.claim(["default"], 1, TOKEN, NO_LIMIT)
     assert [job.job_id for job in claim.expired] == ["acme-1:0"]
-    assert inspector.queue_oldest_waiting() == {"default": None}
-    assert inspector.live_jobs("acme") == []
+    assert inspector.console.queue_oldest_waiting() == {"default": None}
+    assert inspector.console.live_jobs("acme") == []
 
 
 @pytest.mark.parametrize("queue", ["q é:*", "a|b {c}", "\udcff-q"])

@@ -6,7 +6,7 @@ import logging
 from types import SimpleNamespace
 
 from celery_fairqueue.limits import AccountLimit
-from celery_fairqueue.store import StoreInspector
+from celery_fairqueue.store import ConsoleReader, StoreInspector
 from celery_fairqueue.worker.dispatcher import FairDispatcher
 from tests.harness.store_tools import claim_jobs
 
@@ -20,6 +20,7 @@ class Inspector(StoreInspector):
         self.store = store
         self.client = store.client
         self.keys = store.keys
+        self.console = ConsoleReader(store)
 
 
 def test_the_first_default_set_wins_and_an_operator_changes_it(store):
@@ -39,7 +40,7 @@ def test_every_claim_applies_the_stores_default_not_the_workers_own(store):
         put(store, "acme", n)
     # the worker passes "no limit" as its own: the store's cap of one still holds
     assert [j.account for j in claim_jobs(store, ["default"], 10, "w", NO_LIMIT)] == ["acme"]
-    [state] = Inspector(store).account_state("acme", ["default"])
+    [state] = Inspector(store).console.account_state("acme", ["default"])
     assert state.limit == AccountLimit(concurrency=1) and state.limit_is_default
     assert Inspector(store).status().default_limit == AccountLimit(concurrency=1)
 

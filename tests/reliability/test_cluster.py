@@ -296,19 +296,19 @@ def test_the_console_operations_run_on_a_cluster(cluster):
     store.register_worker("w1", WorkerRegistration("celery@a", ("default",), 2))
     assert store.heartbeat("w1", WorkerRegistration("celery@a", ("default",), 2),
                            ["other-1:0"]) == []
-    assert [w.name for w in inspector.workers()] == ["celery@a"]
-    [state] = inspector.account_state("acme", ["default"])
+    assert [w.name for w in inspector.console.workers()] == ["celery@a"]
+    [state] = inspector.console.account_state("acme", ["default"])
     assert (state.reason, state.paused_by, state.ready, state.delayed_future) == (
         "paused", "ops", 1, 1)
-    assert inspector.queue_oldest_waiting()["default"] is not None
-    assert [j.state for j in inspector.live_jobs("acme")] == ["ready", "delayed"]
-    assert inspector.oldest_accounts("default", 5)[0][0] == "acme"
+    assert inspector.console.queue_oldest_waiting()["default"] is not None
+    assert [j.state for j in inspector.console.live_jobs("acme")] == ["ready", "delayed"]
+    assert inspector.console.oldest_accounts("default", 5)[0][0] == "acme"
     assert store.run_now("acme-2") == ["acme-2:0"]
     assert store.resume("acme") is True
     assert len(claim_jobs(store, ["default"], 5, "w1", no_limit)) == 2
     assert inspector.status().workers
     store.unregister_worker("w1")
-    assert inspector.workers() == []
+    assert inspector.console.workers() == []
     assert store.clear() > 0
     store.client.close()
 

@@ -131,3 +131,13 @@ def test_the_lua_side_reads_each_stored_format_in_one_helper():
     lib = (scripts / "_lib.lua").read_text()
     assert lib.count("HSET', K_MARKERS") == 1
     assert lib.count("[^|]") == 2  # split_member's one pattern
+
+
+def test_no_class_leaves_a_method_to_another_with_a_not_implemented_stub():
+    """Classes compose (StoreInspector holds a ConsoleReader) instead of mixins whose stubs
+    raise NotImplementedError for a sibling class to fill in."""
+    offenders = [f"{name}:{node.lineno}" for name, path in modules().items()
+                 for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Raise) and node.exc is not None
+                 and "NotImplementedError" in ast.unparse(node.exc)]
+    assert offenders == []

@@ -18,10 +18,11 @@ from django.urls import reverse
 
 from ...errors import FairqueueError
 from ...limits import AccountLimit as Limit
+from ...reasons import reason_text
 from ...reports import limit_text
 from ...states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, ACCOUNTS_READY, Reason
 from ...store import QueueState, store_for
-from ...tables import duration
+from ...tables import duration, truncate
 from . import console, overview
 from .actions import (
     CANCEL_PERMISSION,
@@ -30,12 +31,13 @@ from .actions import (
     RESUME_PERMISSION,
     RUN_NOW_PERMISSION,
 )
-from .admin.common import account_url, exact, exact_epoch
+from .admin.common import ID_WIDTH, account_url, exact, exact_epoch
 from .charts import throughput_svg
 from .conf import celery_app
 from .live import account_live, store_live, unserved_queues
 
 PAGE_SIZE = 50  # each account on the page costs a read of the store
+OVERVIEW_ID_WIDTH = 24  # an account id in the overview's first column: one line
 REFRESH_SECONDS = 5
 REASON_ORDER = (Reason.PAUSED, Reason.NO_WORKER, Reason.WINDOW_CLOSED, Reason.RATE_LIMITED,
                 Reason.CONCURRENCY_CAP, Reason.RUNNABLE, Reason.NO_READY_JOBS)
@@ -44,12 +46,32 @@ LABELS = {"accounts_ready": ACCOUNTS_READY, "accounts_deferred": ACCOUNTS_DEFERR
           "accounts_paused": ACCOUNTS_PAUSED}
 
 
+#: An account with nothing ready whose recent jobs all dead-lettered: not idle, failing (read
+#: from the recorded jobs, so the console's own word beside states.Reason's).
+FAILING = "failing"
+
+
 def reason_label(reason: str) -> str:
     """A reason in words (states.Reason's label); an unknown one as it is."""
+    if reason == FAILING:
+        return "Failing"
     try:
         return Reason(reason).label
     except ValueError:
         return reason
+
+
+def failing(state: QueueState | None, recorded: dict[str, Any], now: datetime) -> bool:
+    """Nothing ready, dead letters in the last hour and no success in it: not "no ready jobs"
+    but an account whose jobs all fail."""
+    last_success = recorded.get("last_success")
+    return (state is not None and state.reason == Reason.NO_READY_JOBS
+            and bool(recorded.get("dead_hour"))
+            and (last_success is None or last_success < now - console.HOUR))
+
+
+def uptime(started: float | None, server_time: float | None) -> str:
+    return duration(server_time - started) if started and server_time else "-"
 
 
 def _changelist(name: str, **filters: str) -> str:
@@ -82,12 +104,15 @@ def permissions(request: HttpRequest) -> dict[str, bool]:
 def _queue_row(queue: str, state: QueueState | None, recorded: dict[str, Any],
                server_time: float | None, now: datetime, unreachable: bool) -> dict[str, Any]:
     live_wait = waited(state.oldest_waiting, server_time) if state else None
+    reason = (FAILING if failing(state, recorded, now) else state.reason) if state else "unknown"
+    dead = recorded.get("dead_hour", 0)
     return {
         "queue": queue, "state": state,
-        "reason": state.reason if state else "unknown",
-        "label": reason_label(state.reason) if state else "unknown",
-        "reason_text": state.reason_text if state else (
-            "the fair store cannot be read" if unreachable else "not in the fair store now"),
+        "reason": reason,
+        "label": reason_label(reason),
+        "reason_text": failing_text(dead) if reason == FAILING else reason_text(state)
+        if state else ("the fair store cannot be read" if unreachable
+                       else "not in the fair store now"),
         "until": until_words(state.until, server_time) if state else "",
         "limit": limit_text(state.limit) if state and state.limit else "none",
         "limit_is_default": state.limit_is_default if state else True,
@@ -153,12 +178,25 @@ def account_view(request: HttpRequest, account: str, context: dict[str, Any]) ->
     })
 
 
-def reason_of(states: list[QueueState]) -> list[dict[str, str]]:
-    """The account's queues, most telling reason first."""
+def failing_text(dead: int) -> str:
+    return f"failing: {dead} dead {'letter' if dead == 1 else 'letters'} in the last hour"
+
+
+def reason_of(states: list[QueueState], recorded: dict[str, Any] | None = None,
+              now: datetime | None = None) -> list[dict[str, str]]:
+    """The account's queues, most telling reason first; "failing" where nothing is ready and
+    its jobs of the last hour (``recorded``: dead_hour, last_success) all dead-lettered."""
     ordered = sorted(states, key=lambda s: (REASON_ORDER.index(s.reason)
                                             if s.reason in REASON_ORDER else 0, s.queue))
-    return [{"queue": s.queue, "reason": s.reason, "label": reason_label(s.reason),
-             "text": s.reason_text} for s in ordered]
+    rows = []
+    for s in ordered:
+        if recorded is not None and now is not None and failing(s, recorded, now):
+            rows.append({"queue": s.queue, "reason": FAILING, "label": reason_label(FAILING),
+                         "text": failing_text(recorded["dead_hour"])})
+        else:
+            rows.append({"queue": s.queue, "reason": s.reason, "label": reason_label(s.reason),
+                         "text": reason_text(s)})
+    return rows
 
 
 def overview_view(request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
@@ -176,12 +214,16 @@ def overview_view(request: HttpRequest, context: dict[str, Any]) -> HttpResponse
     recorded = {row["account"]: row
                 for row in overview.account_overview(now, accounts=page.accounts)}
     live = store_live(celery_app(), page.accounts)
+    dead = console.dead_last_hour(page.accounts, now)
     rows = []
     for account in page.accounts:
         row = recorded.get(account, {})
         rows.append({
             "account": account, "url": account_url(account),
-            "reasons": reason_of(live.states.get(account, [])),
+            "account_short": truncate(account, OVERVIEW_ID_WIDTH),
+            "reasons": reason_of(live.states.get(account, []),
+                                 {"dead_hour": dead.get(account, 0),
+                                  "last_success": row.get("last_success")}, now),
             "counts": [row.get(s, 0) for s in ("ready", "deferred", "running", "failed", "dead")],
             "oldest_waiting": duration(row.get("oldest_waiting_age")),
             "last_success": exact(row.get("last_success")),
@@ -191,7 +233,9 @@ def overview_view(request: HttpRequest, context: dict[str, Any]) -> HttpResponse
                                                       live.server_time))}
               for q in live.queues]
     workers = [{"worker": w, "queues": ", ".join(w.queues),
-                "heartbeat": duration((live.server_time or w.heartbeat) - w.heartbeat)}
+                "heartbeat": duration((live.server_time or w.heartbeat) - w.heartbeat),
+                "uptime": uptime(w.started, live.server_time),
+                "running": [truncate(job_id, ID_WIDTH) for job_id in w.running]}
                for w in live.workers]
 
     def link(**changes: Any) -> str:

@@ -16,7 +16,8 @@ from django.utils import timezone
 from .models import AccountLimit, Attempt, Job
 from .overview import age
 
-__all__ = ["account_queues", "age", "completion_share", "now", "recent_jobs", "throughput"]
+__all__ = ["account_queues", "age", "completion_share", "dead_last_hour", "now", "recent_jobs",
+           "throughput"]
 
 Status = Job.Status
 HOUR = timedelta(hours=1)
@@ -65,6 +66,14 @@ def completion_share(account: str, weight: int, now: datetime,
     return {"share": counts["mine"] / counts["total"] if counts["total"] else None,
             "entitled": weight / (weight + other_weights), "completed": counts["mine"],
             "total": counts["total"]}
+
+
+def dead_last_hour(accounts: list[str], now: datetime) -> dict[str, int]:
+    """Per account of ``accounts`` (a page's), the jobs dead-lettered in the last hour."""
+    rows = (Job.objects.filter(account__in=accounts, status=Status.DEAD,
+                               finished_at__gte=now - HOUR)
+            .values("account").annotate(n=Count("id")).order_by())
+    return {row["account"]: row["n"] for row in rows}
 
 
 def recent_jobs(account: str, limit: int = 20) -> list[Job]:

@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 from celery import Celery
 
 from ...errors import FairqueueError
-from ...store import LiveJob, QueueState, QueueStatus, StoreInspector, WorkerInfo
+from ...store import (
+    ConsoleReader,
+    LiveJob,
+    QueueState,
+    QueueStatus,
+    StoreInspector,
+    WorkerInfo,
+    store_for,
+)
 
 
 @dataclass
@@ -39,9 +47,9 @@ class StoreLive:
 def account_live(app: Celery, account: str, jobs: int = 50) -> AccountLive:
     """Per queue state of ``account`` with its reason, and its jobs in the store."""
     try:
-        inspector = StoreInspector(app)
-        return AccountLive(inspector.account_state(account), inspector.live_jobs(account, jobs),
-                           inspector.server_time())
+        reader = ConsoleReader(store_for(app))
+        return AccountLive(reader.account_state(account), reader.live_jobs(account, jobs),
+                           reader.server_time())
     except (FairqueueError, ValueError) as exc:  # ValueError: an id the store cannot hold
         return AccountLive(error=str(exc))
 
@@ -51,14 +59,14 @@ def store_live(app: Celery, accounts: list[str]) -> StoreLive:
     live = StoreLive()
     try:
         inspector = StoreInspector(app)
-        live.server_time = inspector.server_time()
+        live.server_time = inspector.console.server_time()
         names = inspector.queues()
         live.queues = inspector.status(names, deferred_limit=1).queues
-        live.oldest = inspector.queue_oldest_waiting(names)
-        live.workers = inspector.workers()
+        live.oldest = inspector.console.queue_oldest_waiting(names)
+        live.workers = inspector.console.workers()
         for account in accounts:
             try:  # the queues and workers read once for the page, not once per account
-                live.states[account] = inspector.account_state(
+                live.states[account] = inspector.console.account_state(
                     account, names, workers=live.workers) if names else []
             except ValueError:  # an id longer than the store holds: never in Redis
                 live.states[account] = []

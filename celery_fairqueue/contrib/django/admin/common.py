@@ -14,7 +14,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import conditional_escape, format_html
 
 from ..models import Job
 
@@ -27,6 +27,18 @@ STATUS_COLOURS = {
     Job.Status.DEAD: "#b00020",
     Job.Status.REVOKED: "#555555",
 }
+
+
+#: Characters of an id a table cell shows; the rest is in its title (a tooltip, and copyable).
+ID_WIDTH = 40
+
+
+def long_id(value: str, width: int = ID_WIDTH) -> str:
+    """An id for a cell: cut to ``width`` characters with an ellipsis, whole in its title, so
+    a 1,000-character id takes one line, not forty."""
+    if len(value) <= width:
+        return conditional_escape(value)
+    return format_html('<span class="fq-id" title="{}">{}…</span>', value, value[:width - 1])
 
 
 def nowrap(text: str) -> str:
@@ -61,7 +73,7 @@ def account_link(account: str) -> str:
     url = account_url(account)
     if url is None:
         return "-"
-    return format_html('<a href="{}" class="fq-account">{}</a>', url, account)
+    return format_html('<a href="{}" class="fq-account">{}</a>', url, long_id(account))
 
 
 def exact(value: datetime | None) -> str:

@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
-from django.utils.html import format_html, format_html_join
+from django.utils.html import escape, format_html, format_html_join
 
 from ....errors import FairqueueError
 from ....reports import BatchOutcome
@@ -36,29 +36,40 @@ from .common import (
     AccountFilter,
     account_link,
     exact,
+    long_id,
     milliseconds,
     nowrap,
     status_badge,
 )
 
 ERROR_COLUMN_WIDTH = 40
+ATTEMPT_ID_WIDTH = 20  # the attempts table's ids: its seven columns fit at 1366 px
 REASON_COLUMN_WIDTH = 48
 GAVE_UP = "gave up after"
 WAITING = (Job.Status.READY, Job.Status.DEFERRED)
 
 
 def runs_of(job: Job) -> list[tuple[str, list[Attempt]]]:
-    """The job's attempts, one group per run (the first, then each replay), oldest first:
-    a replay is a new task id, so its attempts never mix with the first run's."""
+    """The job's attempts, one group per run (a new task id: a dead letter's replay, or the same
+    business key enqueued again), oldest first, so their attempts never mix. A run after one
+    that succeeded is the key's next enqueue (dedupe refuses it while the key is pending,
+    running or done); any other comes from a dead letter's replay."""
     runs: dict[str, list[Attempt]] = {}
     for attempt in job.attempt_history.order_by("id"):
         runs.setdefault(attempt.delivery_id.rsplit(":", 1)[0], []).append(attempt)
     for attempts in runs.values():
         attempts.sort(key=lambda a: (a.number, a.id))
-    titled = []
+    titled: list[tuple[str, list[Attempt]]] = []
+    replays = 0
     for n, (task_id, attempts) in enumerate(runs.items()):
-        title = "First run" if n == 0 else f"Replay {n}"
-        titled.append((f"{title} (task id {task_id})", attempts))
+        if n == 0:
+            title = "First run"
+        elif titled[-1][1][-1].outcome == Attempt.Outcome.SUCCEEDED:
+            title = f"Run {n + 1}, enqueued again"  # its key was free again: done long ago
+        else:
+            replays += 1
+            title = f"Replay {replays}"
+        titled.append((format_html("{} (task id {})", title, long_id(task_id)), attempts))
     return titled
 
 
@@ -71,16 +82,17 @@ def attempts_html(job: Job) -> str:
         rows = format_html_join(
             "", '<tr class="fq-attempt"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
                 "<td>{}</td><td>{}</td></tr>{}",
-            ((a.number, a.delivery_id, status_badge(a.outcome), a.worker or "-",
-              nowrap(exact(a.started_at)), nowrap(exact(a.finished_at)),
+            ((a.number, long_id(a.delivery_id, ATTEMPT_ID_WIDTH), status_badge(a.outcome),
+              long_id(a.worker or "-", ATTEMPT_ID_WIDTH),
+              exact(a.started_at), exact(a.finished_at),
               nowrap(milliseconds(a.started_at, a.finished_at)),
               format_html('<tr><td></td><td colspan="6"><pre class="fq-pre">{}</pre></td></tr>',
                           a.error) if a.error else "") for a in attempts))
         parts.append(format_html(
-            '<h3 class="fq-run">{}</h3><table class="fq-attempts"><thead><tr><th>#</th>'
-            "<th>delivery</th><th>outcome</th><th>worker</th><th>started</th>"
+            '<h3 class="fq-run">{}</h3><div class="fq-scroll"><table class="fq-attempts"><thead>'
+            "<tr><th>#</th><th>delivery</th><th>outcome</th><th>worker</th><th>started</th>"
             "<th>finished</th><th>took</th></tr></thead><tbody>{}</tbody>"
-            "</table>", title, rows))
+            "</table></div>", title, rows))
     return format_html_join("", "{}", ((p,) for p in parts))
 
 
@@ -127,6 +139,13 @@ class JobAdmin(admin.ModelAdmin):
         ("Last error", {"fields": ("last_error_text",)}),
         ("Attempts, by run", {"fields": ("attempt_runs",)}),
     )
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
+                 **kwargs: Any) -> Any:
+        # the admin shows a read-only field's help text as HTML: "task:<id>" would vanish
+        help_text = str(Job._meta.get_field("job_key").help_text)
+        kwargs["help_texts"] = {"job_key": escape(help_text), **kwargs.get("help_texts", {})}
+        return super().get_form(request, obj, change, **kwargs)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [name for _, options in self.fieldsets for name in options["fields"]]

@@ -12,6 +12,7 @@ from automations.tasks import send_step, sync_crm
 from celery_fairqueue import pause, set_account_limit
 from celery_fairqueue.contrib.django.admin.common import account_url
 from celery_fairqueue.contrib.django.models import Job
+from celery_fairqueue.reasons import reason_text
 from celery_fairqueue.store import StoreInspector
 from proj.celery import app
 
@@ -47,7 +48,7 @@ class Command(BaseCommand):
         inspector = StoreInspector(app)
 
         def reasons() -> dict[str, str]:
-            return {account: next((s.reason for s in inspector.account_state(account)
+            return {account: next((s.reason for s in inspector.console.account_state(account)
                                    if s.waiting), "-") for account in EXPECTED}
 
         deadline = time.monotonic() + timeout
@@ -62,8 +63,8 @@ class Command(BaseCommand):
             time.sleep(0.3)
         self.stdout.write("the console now shows:")
         for account in EXPECTED:
-            [state] = [s for s in inspector.account_state(account) if s.waiting]
-            self.stdout.write(f"  {account:<12} {state.reason_text}  {base_url}"
+            [state] = [s for s in inspector.console.account_state(account) if s.waiting]
+            self.stdout.write(f"  {account:<12} {reason_text(state)}  {base_url}"
                               f"{account_url(account)}")
         gave_up = Job.objects.filter(account="crm-sync",
                                      dead_reason__startswith="gave up").count()

@@ -42,7 +42,7 @@ from celery_fairqueue.reports import (
     status_report,
     workers_report,
 )
-from celery_fairqueue.store import DeadLetters, StoreInspector, store_for
+from celery_fairqueue.store import ConsoleReader, DeadLetters, StoreInspector, store_for
 from celery_fairqueue.tables import duration, render
 
 USER_HELP = ("Act as this user, who must hold the permission {perm} (as in the admin); the "
@@ -180,19 +180,19 @@ class Command(BaseCommand):
                                         options["limit"]))
 
     def jobs(self, options: dict[str, Any]) -> None:
-        inspector = StoreInspector(celery_app())
-        self.stdout.write(jobs_report(inspector.live_jobs(options["account"], options["limit"]),
-                                      inspector.server_time()))
+        reader = ConsoleReader(store_for(celery_app()))
+        self.stdout.write(jobs_report(reader.live_jobs(options["account"], options["limit"]),
+                                      reader.server_time()))
 
     def workers(self, options: dict[str, Any]) -> None:
-        inspector = StoreInspector(celery_app())
-        self.stdout.write(workers_report(inspector.workers(), inspector.server_time()))
+        reader = ConsoleReader(store_for(celery_app()))
+        self.stdout.write(workers_report(reader.workers(), reader.server_time()))
 
     def scheduled(self, options: dict[str, Any]) -> None:
         inspector = StoreInspector(celery_app())
         self.stdout.write(scheduled_report(
             inspector.scheduled(self.queues(options), options["limit"]),
-            inspector.server_time()))
+            inspector.console.server_time()))
 
     def limits(self, options: dict[str, Any]) -> None:
         store = store_for(celery_app())

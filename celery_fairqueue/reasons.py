@@ -1,0 +1,57 @@
+"""Why an account's next job does not run now, in words: the store's facts (a QueueState:
+reason, until when by the store's clock, the running count, the limit, the pause) turned into
+the sentence both CLIs and the console show. The store itself returns no sentences.
+
+Durations use :func:`~celery_fairqueue.tables.duration` (``57m 33s``), the one format of the
+CLI and the console.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from .limits import zone
+from .states import Reason
+from .store import QueueState
+from .tables import duration
+
+
+def format_clock(at: float) -> str:
+    """``12:03:07 UTC`` (today's time of a pause, in UTC like the CLI's other times)."""
+    return datetime.fromtimestamp(at, zone("UTC")).strftime("%H:%M:%S UTC")
+
+
+def format_opening(at: float, tz: str | None, now: float) -> str:
+    """``09:00 Europe/Berlin``, with the weekday and date when it is not within a day."""
+    local = datetime.fromtimestamp(at, zone(tz or "UTC"))
+    shown = local.strftime("%H:%M") if at - now < 86400 else local.strftime("%a %Y-%m-%d %H:%M")
+    return f"{shown} {tz or 'UTC'}"
+
+
+def pause_text(state: QueueState) -> str:
+    """``paused by alice at 12:03:07 UTC: customer asked`` (``queue paused ...`` for a queue)."""
+    who = state.paused_by or "an operator"
+    text = f"{'queue ' if state.pause_scope == 'queue' else ''}paused by {who}"
+    text += f" at {format_clock(state.paused_at)}" if state.paused_at else ""
+    return f"{text}: {state.pause_reason}" if state.pause_reason else text
+
+
+def reason_text(state: QueueState) -> str:
+    """The reason the account's next job in ``state.queue`` does not run now, in words."""
+    reason, now = state.reason, state.server_time
+    if reason == Reason.PAUSED:
+        return pause_text(state)
+    if reason == Reason.NO_READY_JOBS:
+        return "no ready jobs"
+    if reason == Reason.NO_WORKER:
+        return "no worker consumes this queue"
+    if reason == Reason.CONCURRENCY_CAP:
+        cap = state.limit.concurrency if state.limit and state.limit.concurrency \
+            else state.running
+        return f"concurrency cap: {state.running} of {cap} running"
+    if reason == Reason.WINDOW_CLOSED and state.until is not None:
+        tz = state.limit.tz if state.limit else None
+        return f"window closed until {format_opening(state.until, tz, now)}"
+    if reason == Reason.RATE_LIMITED and state.until is not None:
+        return f"rate limit: next token in {duration(state.until - now)}"
+    return "runnable: next in turn for a free worker slot"
