@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser.conftest import ARTIFACTS, CHROMIUM, browser_page
 from tests.harness import child_pids, pid_alive, wait_until
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "example_project"
@@ -122,6 +123,8 @@ def test_the_demo_stays_up_without_a_terminal_until_sigterm(tmp_path):
             assert page.status == 200 and b"csrfmiddlewaretoken" in page.read()
         with urllib.request.urlopen(found[1], timeout=10) as page:
             assert page.status == 200 and "/admin/login/" in page.url
+        if CHROMIUM.exists():  # and as a person sees it: logged in, in a real Chromium
+            see_the_demo_console(found[1])
         time.sleep(1.0)
         assert demo.poll() is None and all(pid_alive(pid) for pid in started), printed
 
@@ -134,3 +137,18 @@ def test_the_demo_stays_up_without_a_terminal_until_sigterm(tmp_path):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(demo.pid, signal.SIGKILL)
         demo.wait(10)
+
+
+def see_the_demo_console(url: str) -> None:
+    """Log in with the login the demo printed and see its console's accounts, in Chromium."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with browser_page(CHROMIUM) as page:
+        page.goto(url)
+        page.fill("#id_username", "demo")
+        page.fill("#id_password", "demo")
+        page.click("input[type=submit]")
+        page.wait_for_url(re.compile(r".*/admin/celery_fairqueue/account/.*"))
+        page.wait_for_selector("#result_list, .fq-console, table", timeout=30_000)
+        page.screenshot(path=str(ARTIFACTS / "demo-console.png"), full_page=True)
+        assert "/admin/login/" not in page.url
+        assert "acct" in page.content() or "account" in page.content().lower()
