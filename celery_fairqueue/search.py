@@ -15,6 +15,7 @@ quotes may hold spaces (``step="intro email"``).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
@@ -35,6 +36,11 @@ ACCOUNT = "account"
 
 class SearchQueryError(FairqueueError, ValueError):
     """A search that cannot be answered as typed; the message says what to change."""
+
+
+class IncompleteKeyError(SearchQueryError):
+    """A keyed task's name with words that are not all of its key's parts: the console
+    searches the words instead (the task's jobs with those arguments)."""
 
 
 @dataclass(frozen=True)
@@ -95,9 +101,10 @@ def shown_value(text: str) -> str:
     """An argument search's value as the jobs list shows it: a double-quoted JSON string is
     its text; anything else is compared as typed."""
     if text.startswith('"'):
-        value = typed_value(text)
-        if isinstance(value, str):
-            return value
+        with contextlib.suppress(SearchQueryError):
+            value = typed_value(text)
+            if isinstance(value, str):
+                return value
     return text
 
 
@@ -150,7 +157,8 @@ def task_named(app: Celery, name: str) -> Any | None:
 
 def key_search(app: Celery, query: str) -> KeySearch | None:
     """The job key a query names (see the module doc), or None when its first word is not a
-    keyed task; :class:`SearchQueryError` when it is one and the parts do not make a key."""
+    keyed task; :class:`IncompleteKeyError` when the other words are not all of the key's
+    parts, :class:`SearchQueryError` when a value can be no part of a key."""
     first, *rest = words(query) or [""]
     if argument(first) is not None:
         return None
@@ -171,7 +179,7 @@ def _compute(task: Any, rest: Iterable[str]) -> KeySearch:
     for word in rest:
         pair = argument(word)
         if pair is None or pair[0] not in (*expected, ACCOUNT):
-            raise SearchQueryError(f"task {task.name}: {word[:60]!r} is not one of its key's "
+            raise IncompleteKeyError(f"task {task.name}: {word[:60]!r} is not one of its key's "
                                    f"parts; search as: {usage}")
         try:
             parts[pair[0]] = typed_value(pair[1], pair[0])
@@ -183,12 +191,12 @@ def _compute(task: Any, rest: Iterable[str]) -> KeySearch:
     missing = [n for n in task.job_key_spec() if n not in parts
                and n not in _defaults(task)]
     if missing:
-        raise SearchQueryError(f"task {task.name}: the key needs {', '.join(missing)}; "
+        raise IncompleteKeyError(f"task {task.name}: the key needs {', '.join(missing)}; "
                                f"search as: {usage}")
     try:
         account = task.account_of((), parts, explicit)
         if account is None and hasattr(task, "resolve_account"):
-            raise SearchQueryError(f"task {task.name}: the key needs the account; search as: "
+            raise IncompleteKeyError(f"task {task.name}: the key needs the account; search as: "
                                    f"{usage}")
         key = task.business_key(account, (), parts)
     except SearchQueryError:
@@ -202,3 +210,21 @@ def _compute(task: Any, rest: Iterable[str]) -> KeySearch:
 def _defaults(task: Any) -> set[str]:
     return {name for name, p in inspect.signature(task.run).parameters.items()
             if p.default is not inspect.Parameter.empty}
+
+
+def query_for(task: str, typed: dict[str, str]) -> str:
+    """The key search for a form's inputs (one per part, as typed; empty ones left out): a
+    value that is JSON is kept compact, any other text becomes a quoted JSON string, so the
+    query reads the values exactly as the rule of :func:`typed_value` does."""
+    terms = [task]
+    for name, text in typed.items():
+        text = text.strip()
+        if not text:
+            continue
+        try:
+            value = json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)
+        except ValueError:  # not JSON (or an int over Python's digit limit): the text
+            value = text if text.isprintable() and " " not in text and '"' not in text \
+                else json.dumps(text)
+        terms.append(f"{name}={value}")
+    return " ".join(terms)

@@ -11,11 +11,13 @@ from hypothesis import strategies as st
 
 from celery_fairqueue import FairTask, ReliableTask
 from celery_fairqueue.search import (
+    IncompleteKeyError,
     SearchQueryError,
     argument_line,
     arguments_text,
     key_parts,
     key_search,
+    query_for,
     shown_value,
     typed_value,
     words,
@@ -88,6 +90,34 @@ def test_parts_that_make_no_key_are_refused_with_what_to_type(query, says):
     with pytest.raises(SearchQueryError, match="send_step") as refused:
         key_search(app, query)
     assert says in str(refused.value)
+
+
+def test_words_that_are_not_all_of_the_parts_are_an_incomplete_key_not_a_wrong_one():
+    for query in ("send_step lead_id=1", "send_step acme", "send_step account_id=a lead_id=1 x"):
+        with pytest.raises(IncompleteKeyError, match="search as: send_step account_id="):
+            key_search(app, query)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lead=st.text(), step=st.text(min_size=1))
+def test_a_forms_inputs_read_as_json_or_text_make_the_query_of_that_key(lead, step):
+    def value(text):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+    query = query_for("send_step", {"account_id": "acme", "lead_id": lead, "step": step,
+                                    "campaign_rev": "3"})
+    try:
+        found = key_search(app, query)
+    except IncompleteKeyError:  # an input left empty
+        assert not lead.strip() or not step.strip()
+        return
+    except SearchQueryError as refused:  # NaN, Infinity, an int past Python's digit limit
+        assert "JSON value" in str(refused) or "digits" in str(refused)
+        return
+    assert found.job_key == producer_key("acme", value(lead.strip()), value(step.strip()), 3)
 
 
 def test_a_huge_int_is_refused_clearly():
