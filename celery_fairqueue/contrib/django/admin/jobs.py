@@ -142,7 +142,8 @@ class JobAdmin(JobSearch):
     def get_urls(self) -> list[URLPattern]:
         overview = path("accounts/", self.admin_site.admin_view(self.account_overview),
                         name="celery_fairqueue_job_accounts")
-        return [overview, *self.by_key_urls(), *super().get_urls()]
+        by_key = self.by_key_urls() if self.model is Job else []  # one, under the jobs
+        return [overview, *by_key, *super().get_urls()]
 
     def account_overview(self, request: HttpRequest) -> HttpResponse:
         """Where the overview used to live: it is the accounts' list now."""

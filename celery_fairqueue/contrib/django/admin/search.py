@@ -17,6 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
 from django.utils.http import urlencode
 
 from ....errors import FairqueueError
@@ -37,7 +38,8 @@ from ..columns import to_column, to_text_column
 from ..conf import celery_app
 from ..models import Job
 
-ARGUMENTS_COLUMN_WIDTH = 60
+ARGUMENTS_COLUMN_WIDTH = 80
+SEPARATOR = " \u00b7 "  # a middle dot: a value may hold spaces and commas
 SEARCH_HELP = ("Words that must all match: a key, account or task name, a task id, an argument "
                "(lead_id=1) or part of one. A task and its key's parts finds the job by its "
                "key: send_step account=acme lead_id=1 (values are JSON where they parse: "
@@ -67,8 +69,10 @@ def word_filter(word: str) -> Q:
 
 
 def arguments_shown(job: Job) -> str:
-    """A job's redacted arguments on one line, as they are searched."""
-    return truncate(job.args_text.strip("\n").replace("\n", "  "), ARGUMENTS_COLUMN_WIDTH)
+    """A job's redacted arguments on one line, as they are searched; all of them on hover."""
+    line = job.args_text.strip("\n").replace("\n", SEPARATOR)
+    return format_html('<span class="fq-args" title="{}">{}</span>', line,
+                       truncate(line, ARGUMENTS_COLUMN_WIDTH))
 
 
 class JobSearch(admin.ModelAdmin):
