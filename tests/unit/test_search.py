@@ -3,6 +3,7 @@ an argument's searchable line; hostile parts get a clear error or the producer's
 
 import json
 import math
+import re
 
 import pytest
 from celery import Celery
@@ -28,7 +29,7 @@ app = Celery("search", set_as_current=False)
 
 @app.task(base=FairTask, bind=True, account_arg="account_id", shared=False,
           job_key=("account_id", "lead_id", "step", "campaign_rev"), redact=("email",))
-def send_step(self, account_id, lead_id, step, campaign_rev, email=""):
+def unit_step(self, account_id, lead_id, step, campaign_rev, email=""):
     raise NotImplementedError
 
 
@@ -45,20 +46,20 @@ def by_function(self, account_id, lead_id):
 
 def producer_key(*args):
     """The key the producer puts in the message: FairTask's own path."""
-    account = send_step.resolve_account(args, {})
-    return send_step.business_key(account, args, {})
+    account = unit_step.resolve_account(args, {})
+    return unit_step.business_key(account, args, {})
 
 
 def test_key_search_by_parts_finds_the_producers_key():
-    found = key_search(app, "send_step account_id=acme lead_id=1 step=intro campaign_rev=3")
+    found = key_search(app, "unit_step account_id=acme lead_id=1 step=intro campaign_rev=3")
     assert found is not None
     assert found.job_key == producer_key("acme", 1, "intro", 3)
-    assert (found.task, found.account) == (send_step.name, "acme")
+    assert (found.task, found.account) == (unit_step.name, "acme")
     # by full name, parts in any order, a quoted string, and account= as the account
-    assert key_search(app, f'{send_step.name} campaign_rev=3 step="intro" lead_id=1 '
+    assert key_search(app, f'{unit_step.name} campaign_rev=3 step="intro" lead_id=1 '
                            'account=acme').job_key == found.job_key
     # typed as JSON: the string "1" is another lead than the int 1
-    assert key_search(app, 'send_step account_id=acme lead_id="1" step=intro campaign_rev=3'
+    assert key_search(app, 'unit_step account_id=acme lead_id="1" step=intro campaign_rev=3'
                       ).job_key == producer_key("acme", "1", "intro", 3)
 
 
@@ -76,25 +77,25 @@ def test_a_search_that_is_not_a_key_search_returns_none():
 
 
 @pytest.mark.parametrize(("query", "says"), [
-    ("send_step account_id=acme lead_id=1", "the key needs step, campaign_rev"),
-    ("send_step account_id=acme lead_id=1 step=a campaign_rev=1 email=x", "'email=x' is not"),
-    ("send_step acme 1 intro 3", "search as: send_step account_id=... lead_id=..."),
-    ("send_step account_id=acme lead_id=NaN step=a campaign_rev=1", "NaN is not a JSON value"),
-    ("send_step account_id=acme lead_id=-Infinity step=a campaign_rev=1", "Infinity"),
-    ("send_step account_id=acme lead_id=1e999 step=a campaign_rev=1", "Infinity"),
-    ('send_step account_id=acme lead_id="1 step=a campaign_rev=1', "double-quoted"),
-    ("send_step account_id=[1] lead_id=1 step=a campaign_rev=1", "account must be a str"),
-    ("send_step lead_id=1 step=a campaign_rev=1", "the key needs account_id"),
+    ("unit_step account_id=acme lead_id=1", "the key needs step, campaign_rev"),
+    ("unit_step account_id=acme lead_id=1 step=a campaign_rev=1 email=x", "'email=x' is not"),
+    ("unit_step acme 1 intro 3", "search as: unit_step account_id=... lead_id=..."),
+    ("unit_step account_id=acme lead_id=NaN step=a campaign_rev=1", "NaN is not a JSON value"),
+    ("unit_step account_id=acme lead_id=-Infinity step=a campaign_rev=1", "Infinity"),
+    ("unit_step account_id=acme lead_id=1e999 step=a campaign_rev=1", "Infinity"),
+    ('unit_step account_id=acme lead_id="1 step=a campaign_rev=1', "double-quoted"),
+    ("unit_step account_id=[1] lead_id=1 step=a campaign_rev=1", "account must be a str"),
+    ("unit_step lead_id=1 step=a campaign_rev=1", "the key needs account_id"),
 ])
 def test_parts_that_make_no_key_are_refused_with_what_to_type(query, says):
-    with pytest.raises(SearchQueryError, match="send_step") as refused:
+    with pytest.raises(SearchQueryError, match="unit_step") as refused:
         key_search(app, query)
     assert says in str(refused.value)
 
 
 def test_words_that_are_not_all_of_the_parts_are_an_incomplete_key_not_a_wrong_one():
-    for query in ("send_step lead_id=1", "send_step acme", "send_step account_id=a lead_id=1 x"):
-        with pytest.raises(IncompleteKeyError, match="search as: send_step account_id="):
+    for query in ("unit_step lead_id=1", "unit_step acme", "unit_step account_id=a lead_id=1 x"):
+        with pytest.raises(IncompleteKeyError, match="search as: unit_step account_id="):
             key_search(app, query)
 
 
@@ -107,7 +108,7 @@ def test_a_forms_inputs_read_as_json_or_text_make_the_query_of_that_key(lead, st
         except ValueError:
             return text
 
-    query = query_for("send_step", {"account_id": "acme", "lead_id": lead, "step": step,
+    query = query_for("unit_step", {"account_id": "acme", "lead_id": lead, "step": step,
                                     "campaign_rev": "3"})
     try:
         found = key_search(app, query)
@@ -122,7 +123,7 @@ def test_a_forms_inputs_read_as_json_or_text_make_the_query_of_that_key(lead, st
 
 def test_a_huge_int_is_refused_clearly():
     with pytest.raises(SearchQueryError, match=r"lead_id: .*digits.*no job key holds"):
-        key_search(app, f"send_step account_id=a lead_id={'9' * 5000} step=a campaign_rev=1")
+        key_search(app, f"unit_step account_id=a lead_id={'9' * 5000} step=a campaign_rev=1")
 
 
 JSON_VALUES = st.recursive(
@@ -135,7 +136,7 @@ JSON_VALUES = st.recursive(
        account=st.text(min_size=1))
 def test_any_parts_typed_as_json_give_the_producers_key(lead, step, rev, account):
     """Unicode, lone surrogates (as JSON escapes), big ints, nested lists: the same key."""
-    query = " ".join(["send_step", f"account_id={json.dumps(account)}",
+    query = " ".join(["unit_step", f"account_id={json.dumps(account)}",
                       f"lead_id={json.dumps(lead, separators=(',', ':'))}",
                       f"step={json.dumps(step)}", f"campaign_rev={rev}"])
     found = key_search(app, query)
@@ -146,7 +147,7 @@ def test_any_parts_typed_as_json_give_the_producers_key(lead, step, rev, account
 @given(st.sampled_from([math.nan, math.inf, -math.inf]))
 def test_any_nan_or_infinity_is_refused_not_hashed(value):
     with pytest.raises(SearchQueryError, match="not a JSON value"):
-        key_search(app, f"send_step account_id=a lead_id={json.dumps(value)} step=a "
+        key_search(app, f"unit_step account_id=a lead_id={json.dumps(value)} step=a "
                         "campaign_rev=1")
 
 
@@ -161,8 +162,8 @@ def test_a_value_typed_is_json_or_the_text_never_a_crash(text):
 
 
 def test_words_keep_a_quoted_value_whole():
-    assert words('send_step step="intro email" lead_id=1  x tags=["a b",1]') == [
-        'send_step', 'step="intro email"', "lead_id=1", "x", 'tags=["a b",1]']
+    assert words('unit_step step="intro email" lead_id=1  x tags=["a b",1]') == [
+        'unit_step', 'step="intro email"', "lead_id=1", "x", 'tags=["a b",1]']
     assert shown_value('"intro email"') == "intro email"
     assert shown_value("1") == "1"
 
@@ -172,3 +173,17 @@ def test_argument_lines_are_one_line_each_text_as_is_the_rest_compact_json():
     assert argument_line("tags", {"b": 1, "a": [1, "é"]}) == 'tags={"a":[1,"é"],"b":1}'
     assert arguments_text({"lead_id": 1, "email": "***"}) == "\nlead_id=1\nemail=***\n"
     assert arguments_text({}) == ""
+
+
+def test_a_short_name_of_two_keyed_tasks_asks_for_the_full_name():
+    other = Celery("search-two", set_as_current=False)
+
+    def send(lead_id):
+        raise NotImplementedError
+
+    for name in ("billing.plain", "crm.plain"):
+        other.task(base=ReliableTask, shared=False, name=name, job_key=("lead_id",))(send)
+    with pytest.raises(SearchQueryError, match=re.escape(
+            "type the full name, one of billing.plain, crm.plain")):
+        key_search(other, "plain account=a lead_id=1")
+    assert key_search(other, "crm.plain account=a lead_id=1").task == "crm.plain"
