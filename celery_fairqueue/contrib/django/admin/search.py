@@ -17,7 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
 from ....errors import FairqueueError
@@ -38,7 +38,8 @@ from ..columns import to_column, to_text_column
 from ..conf import celery_app
 from ..models import Job
 
-ARGUMENTS_COLUMN_WIDTH = 80
+ARGUMENTS_SHOWN = 6
+ARGUMENT_WIDTH = 40
 SEPARATOR = " \u00b7 "  # a middle dot: a value may hold spaces and commas
 SEARCH_HELP = ("Words that must all match: a key, account or task name, a task id, an argument "
                "(lead_id=1) or part of one. A task and its key's parts finds the job by its "
@@ -69,10 +70,16 @@ def word_filter(word: str) -> Q:
 
 
 def arguments_shown(job: Job) -> str:
-    """A job's redacted arguments on one line, as they are searched; all of them on hover."""
-    line = job.args_text.strip("\n").replace("\n", SEPARATOR)
-    return format_html('<span class="fq-args" title="{}">{}</span>', line,
-                       truncate(line, ARGUMENTS_COLUMN_WIDTH))
+    """A job's redacted arguments as they are searched, one line each (a few, cut short), in a
+    column narrow enough for a 1366 px screen; all of them on hover."""
+    lines = job.args_text.strip("\n").split("\n") if job.args_text else []
+    more = len(lines) - ARGUMENTS_SHOWN
+    shown = [truncate(line, ARGUMENT_WIDTH) for line in lines[:ARGUMENTS_SHOWN]]
+    if more > 0:
+        shown.append(f"and {more} more")
+    return format_html('<div class="fq-args" title="{}" style="min-width:5em;'
+                       'overflow-wrap:anywhere">{}</div>', SEPARATOR.join(lines),
+                       format_html_join("", "<div>{}</div>", ((line,) for line in shown)))
 
 
 class JobSearch(admin.ModelAdmin):
