@@ -126,6 +126,9 @@ class ReliableTask(Task):
 
     def business_key(self, account: str | None, args: Sequence[Any],
                      kwargs: dict[str, Any]) -> str | None:
+        """The business key a call of this task with ``args``/``kwargs`` for ``account``
+        gets (None when the task declares no ``job_key``): what a support tool computes to
+        find the job, as ``send_step.business_key("acme", ("acme", 42, "intro", 3), {})``."""
         try:
             return compute_job_key(self.name, account or "", self.job_key_spec(), self.run,
                                    args, kwargs)

@@ -69,7 +69,7 @@ def from_column(text: str) -> str:
     return _ESCAPED.sub(_unescape, text)
 
 
-def _text(value: str) -> str:
+def to_text_column(value: str) -> str:
     """An error text as a column holds it: a lone surrogate as its escape, no NUL."""
     if not value.isascii():
         value = value.encode("utf-8", "backslashreplace").decode()
@@ -89,7 +89,7 @@ def fit(row: Job | Attempt) -> Any:
     cut to their column (only an id the store would refuse, or a long error, is cut)."""
     for name, max_length in TEXT_FIELDS[type(row)]:
         value = getattr(row, name)
-        value = to_column(value) if name in ID_FIELDS else _text(value)
+        value = to_column(value) if name in ID_FIELDS else to_text_column(value)
         if max_length and len(value) > max_length:
             value = value[:max_length]
         setattr(row, name, value)

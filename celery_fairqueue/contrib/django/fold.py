@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from ...protocol import Event, EventType, parse_delivery_id, task_id_of
+from ...search import arguments_text
 from .models import Attempt, Job
 
 logger = logging.getLogger("celery_fairqueue.contrib.django.recorder")
@@ -161,6 +162,7 @@ class Fold:
         job.queue = event.queue or job.queue
         job.account = event.account or job.account
         job.args = _args(event)
+        job.args_text = arguments_text(job.args)
         job.attempts = event.attempt - 1
         due = _time(event.due) if event.due and event.due > event.at else None
         job.waiting_since = due or _time(event.at)

@@ -32,6 +32,10 @@ class Job(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.READY)
     attempts = models.PositiveIntegerField(default=0)
     args = models.JSONField(default=dict, blank=True, help_text="Arguments, redacted.")
+    args_text = models.CharField(
+        max_length=2000, blank=True, default="",
+        help_text="The redacted arguments as the jobs search reads them: a line "
+                  "name=value each (search.arguments_text), cut to 2,000 characters.")
     enqueued_at = models.DateTimeField(null=True, blank=True)
     next_run_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)

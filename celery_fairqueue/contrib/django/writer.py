@@ -25,7 +25,7 @@ from .models import Attempt, Job
 logger = logging.getLogger("celery_fairqueue.contrib.django.recorder")
 
 JOB_FIELDS = ["task_id", "delivery_id", "task", "queue", "account", "status", "attempts", "args",
-              "enqueued_at", "next_run_at", "started_at", "finished_at", "last_error",
+              "args_text", "enqueued_at", "next_run_at", "started_at", "finished_at", "last_error",
               "waiting_since", "dead_reason", "external_id", "worker", "updated_at"]
 CLOSE_FIELDS = ["outcome", "error", "finished_at"]
 
