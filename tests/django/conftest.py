@@ -9,6 +9,7 @@ such a test was collected, and those variants are skipped when no PostgreSQL is 
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -138,3 +139,10 @@ def start_recorder(
     finally:
         for recorder in running:
             recorder.stop()
+
+
+@pytest.fixture
+def rel(redis_server, redis_client, settings):
+    """The reliable-jobs test app, configured as the Django app's Celery app."""
+    settings.CELERY_FAIRQUEUE_APP = "tests.apps.reliable.app"
+    return importlib.import_module("tests.apps.reliable")

@@ -1,7 +1,6 @@
 """The admin on a real redis-server: browsing, filters, job pages, dead-letter replay and purge
 with and without their permissions, account limits and the account overview."""
 
-import importlib
 from datetime import timedelta
 
 import pytest
@@ -36,11 +35,6 @@ down._fairqueue_store = FairStore(
     make_client(DEAD_URL, retries=0),
     Keys(), settings_for(down))
 
-
-@pytest.fixture
-def rel(redis_server, redis_client, settings):
-    settings.CELERY_FAIRQUEUE_APP = f"{APP}.app"
-    return importlib.import_module(APP)
 
 
 @pytest.fixture

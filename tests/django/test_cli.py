@@ -1,7 +1,6 @@
 """Both command lines on a real redis-server: ``celery -A ... fairqueue`` as a subprocess, and
 ``manage.py fairqueue`` through call_command, with its permission checks."""
 
-import importlib
 import io
 import os
 import re
@@ -27,11 +26,6 @@ SEND = "tests.apps.reliable.send_message"
 PLAIN = "tests.apps.reliable.plain_send"
 ROOT = Path(__file__).resolve().parents[2]
 
-
-@pytest.fixture
-def rel(redis_server, redis_client, settings):
-    settings.CELERY_FAIRQUEUE_APP = f"{APP}.app"
-    return importlib.import_module(APP)
 
 
 def celery(*args: str, redis_url: str, stdin: str = "") -> subprocess.CompletedProcess[str]:

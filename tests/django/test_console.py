@@ -2,7 +2,6 @@
 own permission (403, nothing changed in Redis), need a CSRF token, and land in the admin log;
 every user-supplied string is escaped; account ids of any shape get a working page."""
 
-import importlib
 from datetime import timedelta
 
 import pytest
@@ -27,11 +26,6 @@ ACTION_PERMISSIONS = {"pause": "pause_account", "resume": "resume_account",
                       "limit": "edit_account_limit"}
 HOSTILE = "<script>alert(1)</script>"
 
-
-@pytest.fixture
-def rel(redis_server, redis_client, settings):
-    settings.CELERY_FAIRQUEUE_APP = f"{APP}.app"
-    return importlib.import_module(APP)
 
 
 def staff(*codenames: str, name: str = "") -> User:

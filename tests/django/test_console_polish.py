@@ -2,7 +2,6 @@
 that survives HTML, runs labelled for what they are, words on the badges, an account whose
 jobs all dead-letter called failing, ids that take one line, the workers' running jobs."""
 
-import importlib
 import re
 from datetime import timedelta
 
@@ -20,11 +19,6 @@ pytestmark = pytest.mark.django_db
 APP = "tests.apps.reliable"
 VIEWER = ("view_job", "view_deadjob", "view_accountlimit", "view_account")
 
-
-@pytest.fixture
-def rel(redis_server, redis_client, settings):
-    settings.CELERY_FAIRQUEUE_APP = f"{APP}.app"
-    return importlib.import_module(APP)
 
 
 @pytest.fixture

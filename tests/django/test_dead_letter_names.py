@@ -3,7 +3,6 @@ dead-letter actions and its letter links take the letter's id, the Celery task i
 worker log's ``task.name[task id]`` (store/letter_names.py), on a real redis-server."""
 
 import html
-import importlib
 import re
 
 import pytest
@@ -13,17 +12,12 @@ from django.utils import timezone
 
 from celery_fairqueue import DeadLetters
 from celery_fairqueue.contrib.django.models import Job
-from tests.django.test_cli import APP, SEND, bury, celery, manage
+from tests.django.test_cli import SEND, bury, celery, manage
 
 TASK_ID = "3f2a-77"
 LETTER = f"{TASK_ID}:2"
 FORMS = (LETTER, TASK_ID, f"{SEND}[{TASK_ID}]", f" {SEND}[{TASK_ID}]: ")
 
-
-@pytest.fixture
-def rel(redis_server, redis_client, settings):
-    settings.CELERY_FAIRQUEUE_APP = f"{APP}.app"
-    return importlib.import_module(APP)
 
 
 @pytest.mark.parametrize("name", FORMS)

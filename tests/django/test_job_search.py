@@ -2,7 +2,6 @@
 SQLite and PostgreSQL, through the real producer and recorder; a redacted value never matches
 and never shows."""
 
-import importlib
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -16,11 +15,6 @@ pytestmark = pytest.mark.django_db
 APP = "tests.apps.reliable"
 SECRET = "ann@example.com"
 
-
-@pytest.fixture
-def rel(redis_server, redis_client, settings):
-    settings.CELERY_FAIRQUEUE_APP = f"{APP}.app"
-    return importlib.import_module(APP)
 
 
 @pytest.fixture
