@@ -1,6 +1,6 @@
 """Waiting for work without polling: the scripts PUBLISH on a queue's wake channel when its
-rotation goes from empty to not (and when a delayed job becomes the first due), and an idle
-worker waits on the channels of its queues.
+rotation goes from empty to not (a claim: only when it leaves that work to others), and when a
+delayed job becomes the first due; an idle worker waits on the channels of its queues.
 
 A message can be missed (the subscription was down when it was sent), so a worker claims once
 after every (re)subscription and still polls, seldom, as a fallback.

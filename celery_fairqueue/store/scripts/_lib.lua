@@ -157,6 +157,12 @@ local VIRTUAL_TURN = 1000000
 -- is there: a later turn would waste it). When the rotation was empty, the queue's idle
 -- workers are woken on its channel (worker/wakeups.py) instead of finding the work at their
 -- next poll.
+-- A claim sets held_wakes to a table: the queues whose rotation it filled wait there, and it
+-- wakes the idle workers at its end only if it leaves them work (a claim that promotes a
+-- deferred account and takes its job itself woke every idle worker for nothing: each token of
+-- a rate-limited account cost a claim per idle worker).
+local held_wakes = nil
+
 local function join_rotation(qk, account, front)
   local head = redis.call('ZRANGE', qk.tags, 0, 0, 'WITHSCORES')
   local tag = tonumber(head[2] or '0')
@@ -165,7 +171,11 @@ local function join_rotation(qk, account, front)
   end
   if not head[1] then
     redis.call('DEL', qk.finish)
-    redis.call('PUBLISH', qk.wake, 'ready')
+    if held_wakes then
+      held_wakes[qk.wake] = qk
+    else
+      redis.call('PUBLISH', qk.wake, 'ready')
+    end
   else
     local left = redis.call('ZSCORE', qk.finish, account)
     if left then

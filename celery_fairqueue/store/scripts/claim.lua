@@ -28,6 +28,7 @@ local default_limit = redis.call('HGET', K_LIMITS, '*') or ARGV[4]
 local batch, max_skips, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local nq = tonumber(ARGV[9])
 local now = now_seconds()
+held_wakes = {}  -- see join_rotation: this claim wakes the others at its end, if it leaves work
 
 -- each queue's keys (queue_keys), made once per call
 local queues = {}
@@ -103,20 +104,24 @@ local function window_wake(windows)
   return now + 60  -- every window is past: closed until a worker refreshes the schedule
 end
 
--- nil when a token was taken, else when the next token will be there.
+-- nil when a token was taken, else when the next token will be there; and, when the token
+-- taken was the last one, when the next will be there.
 local function take_token(account, rate, burst)
-  if rate <= 0 then return nil end
+  if rate <= 0 then return nil, nil end
   local tokens, updated = read_bucket(account)
   tokens, updated = tokens or burst, updated or now
   tokens = math.min(burst, tokens + math.max(0, now - updated) * rate)
-  local wake = nil
+  local wake, next_token = nil, nil
   if tokens < 1 then
     wake = now + (1 - tokens) / rate
   else
     tokens = tokens - 1
+    if tokens < 1 then
+      next_token = now + (1 - tokens) / rate
+    end
   end
   write_bucket(account, tokens, now)
-  return wake
+  return wake, next_token
 end
 
 -- The claim skips the account: the one place that decides why (DeferReason: rate_limited,
@@ -136,21 +141,36 @@ local function defer(qk, account, reason, wake, waiting)
   emit('e', 'account_deferred', 'q', qk.name, 'a', account, 'at', now, 'due', wake)
 end
 
+-- The account runs as many jobs as its cap allows: out of the rotation until one ends
+-- (release_running in _lib.lua brings it back).
+local function hold_at_cap(qk, account)
+  redis.call('HSET', qk.state, account, 'c')
+  record_deferral(qk, account, 'concurrency_cap', nil)
+  redis.call('HINCRBY', K_STATS, 'capped', 1)
+end
+
 -- The virtual tag an account served at ``tag`` moves on to: one turn over its weight.
 local function next_tag(tag, weight)
   return tag + math.floor(VIRTUAL_TURN / weight + 0.5)
 end
 
 -- The account's head job leaves ready; the account goes on in the rotation at ``tag`` if it has
--- more, else leaves it and remembers ``tag`` (finish: join_rotation).
-local function take_head(qk, account, head, waiting, tag)
+-- more, else leaves it and remembers ``tag`` (finish: join_rotation). ``held``: this job took
+-- the account to its limit (its last token, its last slot under the cap): it leaves the
+-- rotation now, remembering ``tag`` too, and the caller defers it; left in, it would come up
+-- at its next turn only to be skipped, a wasted step of every claim per job of it.
+local function take_head(qk, account, head, waiting, tag, held)
   local job_id = select(3, split_member(head))
   redis.call('HDEL', qk.deferrals, account)  -- it runs: no longer deferred
   redis.call('ZREM', qk.ready, head)
   redis.call('ZREM', qk.waiting, job_id)
   if waiting > 1 then
     redis.call('HSET', qk.nready, account, waiting - 1)
-    redis.call('ZADD', qk.tags, tag, rotation_member(account))
+    if held then
+      redis.call('ZADD', qk.finish, tag, account)
+    else
+      redis.call('ZADD', qk.tags, tag, rotation_member(account))
+    end
   else
     redis.call('HDEL', qk.nready, account)
     redis.call('HDEL', qk.state, account)
@@ -207,29 +227,41 @@ local function claim_from(qk, account, tag)
     defer(qk, account, 'window_closed', wake, waiting)
     return nil
   end
-  if cap > 0 and hget_number(qk.running, account) >= cap then
-    redis.call('HSET', qk.state, account, 'c')
-    record_deferral(qk, account, 'concurrency_cap', nil)
-    redis.call('HINCRBY', K_STATS, 'capped', 1)
+  local running = hget_number(qk.running, account)
+  if cap > 0 and running >= cap then
+    hold_at_cap(qk, account)
     return nil
   end
-  wake = take_token(account, rate, burst)
+  local next_token
+  wake, next_token = take_token(account, rate, burst)
   if wake then
     defer(qk, account, 'rate_limited', wake, waiting)
     return nil
   end
 
-  local job_id = take_head(qk, account, head, waiting, next_tag(tag, weight))
+  local capped = cap > 0 and running + 1 >= cap
+  local held = waiting > 1 and (next_token or capped)
+  local job_id = take_head(qk, account, head, waiting, next_tag(tag, weight), held)
   local deliveries = redis.call('HINCRBY', K_DELIVERIES, job_id, 1)
   local envelope = redis.call('HGET', K_JOBS, job_id)
+  local poison = nil
   if not envelope then
-    dead_letter(job_id, 'the stored message is missing', now)
+    poison = 'the stored message is missing'
+  elseif deliveries > max_deliveries then
+    poison = 'handed to a worker ' .. (deliveries - 1) ..
+             ' times without being settled (poison message or crashing worker)'
+  end
+  if poison then
+    dead_letter(job_id, poison, now)
+    if held then
+      join_rotation(qk, account)  -- nothing runs: back at the tag it would have had
+    end
     return nil
   end
-  if deliveries > max_deliveries then
-    dead_letter(job_id, 'handed to a worker ' .. (deliveries - 1) ..
-                ' times without being settled (poison message or crashing worker)', now)
-    return nil
+  if held and next_token then
+    defer(qk, account, 'rate_limited', next_token, waiting - 1)
+  elseif held then
+    hold_at_cap(qk, account)
   end
   redis.call('HINCRBY', qk.running, account, 1)
   redis.call('ZADD', K_LEASES, now + lease, job_id)
@@ -293,6 +325,12 @@ for n = 1, nq do
 end
 if next_due then
   out[1] = string.format('%.6f', math.max(0, next_due - now))
+end
+-- a rotation this claim filled (promotions) and left work in: the other idle workers take it
+for wake, qk in pairs(held_wakes) do
+  if redis.call('ZCARD', qk.tags) > 0 then
+    redis.call('PUBLISH', wake, 'ready')
+  end
 end
 -- stopped by max_skips with accounts still in rotation: ask again at once, not a poll later
 if claimed < want and live > 0 and skips > max_skips then
