@@ -9,12 +9,14 @@ from pathlib import Path
 
 import django.contrib.admin
 import pytest
+from django.contrib.auth.models import Permission, User
 from django.test import override_settings
 from django.urls import reverse
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Locator, Page, sync_playwright
 from pytest_django.live_server_helper import LiveServer
 
 from celery_fairqueue.contrib.django.recorder import Recorder
+from tests.harness import wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-gpu"]
@@ -83,3 +85,26 @@ def log_in(page: Page, live_server: LiveServer, username: str) -> None:
     page.fill("#id_password", PASSWORD)
     page.click("input[type=submit]")
     page.wait_for_url(f"{live_server.url}{reverse('admin:index')}")
+
+
+def staff_user(*codenames: str, username: str = "support") -> User:
+    """A staff user with the app's permissions ``codenames``, who logs in with PASSWORD."""
+    user = User.objects.create_user(username, password=PASSWORD, is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(
+        content_type__app_label="celery_fairqueue", codename__in=codenames))
+    return user
+
+
+def replay_and_wait_for_success(page: Page, interval: float = 0.3) -> Locator:
+    """Press a dead letter's Replay button and wait, reloading, until its job succeeded;
+    returns the status field."""
+    page.click("#fq-replay")
+    assert "Replayed 1 of 1 dead letters." in page.locator("ul.messagelist").inner_text()
+    status = page.locator(".field-status_badge .readonly")
+
+    def succeeded() -> bool:
+        page.reload()
+        return status.inner_text().strip() == "succeeded"
+
+    assert wait_until(succeeded, timeout=20, interval=interval), status.inner_text()
+    return status

@@ -7,12 +7,11 @@ runs it, and the recorder (in a thread, as a deployment runs it) brings the row 
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 
 from celery_fairqueue import DeadLetters
 from celery_fairqueue.contrib.django.models import Job
-from tests.browser.conftest import APP, PASSWORD, browser_page
+from tests.browser.conftest import APP, PASSWORD, browser_page, staff_user
 from tests.harness import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -22,10 +21,7 @@ SCREENSHOT = Path("/tmp/fairqueue-admin-dead-letters.png")
 
 def test_staff_replays_a_dead_letter_and_sees_the_job_succeed(
         rel, recorder, chromium, celery_worker_factory, redis_client, ledger, live_server):
-    user = User.objects.create_user("support", password=PASSWORD, is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(
-        content_type__app_label="celery_fairqueue",
-        codename__in=["view_job", "view_deadjob", "replay_job"]))
+    staff_user("view_job", "view_deadjob", "replay_job")
     celery_worker_factory(APP)
     for account, lead in (("acme", 21), ("beta", 22)):
         redis_client.set(f"fail:{lead}", "permanent")

@@ -11,7 +11,6 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 from playwright.sync_api import Page
 
@@ -19,7 +18,14 @@ from celery_fairqueue import set_account_limit
 from celery_fairqueue.contrib.django.admin.common import account_url
 from celery_fairqueue.contrib.django.models import Job
 from celery_fairqueue.store import StoreInspector
-from tests.browser.conftest import APP, ARTIFACTS, PASSWORD, browser_page, log_in
+from tests.browser.conftest import (
+    APP,
+    ARTIFACTS,
+    browser_page,
+    log_in,
+    replay_and_wait_for_success,
+    staff_user,
+)
 from tests.harness import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -31,10 +37,7 @@ PERMISSIONS = ["view_job", "view_deadjob", "view_account", "view_accountlimit", 
 
 @pytest.fixture
 def support() -> str:
-    user = User.objects.create_user("support", password=PASSWORD, is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(
-        content_type__app_label="celery_fairqueue", codename__in=PERMISSIONS))
-    return user.username
+    return staff_user(*PERMISSIONS).username
 
 
 @pytest.fixture
@@ -225,15 +228,7 @@ def test_everything_dead_lettered_shows_why_and_replays_from_the_detail_page(
         assert "lead 1 was deleted" in reason and "permanent" in reason
         assert "Traceback (most recent call last)" in page.locator(".fq-traceback").inner_text()
         screenshot(page, "dead-letter-detail")
-        page.click("#fq-replay")
-        assert "Replayed 1 of 1 dead letters." in page.locator("ul.messagelist").inner_text()
-        status = page.locator(".field-status_badge .readonly")
-
-        def succeeded() -> bool:
-            page.reload()
-            return status.inner_text().strip() == "succeeded"
-
-        assert wait_until(succeeded, timeout=20, interval=0.5), status.inner_text()
+        replay_and_wait_for_success(page, interval=0.5)
         runs = page.locator("h3.fq-run").all_inner_texts()
         assert runs[0].startswith("First run") and runs[1].startswith("Replay 1")
         screenshot(page, "replayed")

@@ -6,7 +6,6 @@ jobs all dead-letter is failing in red, and the workers table shows what each wo
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 from django.utils import timezone
 from playwright.sync_api import Page
@@ -14,7 +13,13 @@ from playwright.sync_api import Page
 from celery_fairqueue.contrib.django.admin.common import account_url
 from celery_fairqueue.contrib.django.models import Attempt, Job
 from celery_fairqueue.store import WorkerRegistration, store_for
-from tests.browser.conftest import APP, ARTIFACTS, PASSWORD, browser_page, log_in
+from tests.browser.conftest import (
+    APP,
+    ARTIFACTS,
+    browser_page,
+    log_in,
+    staff_user,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -40,11 +45,7 @@ def job(n: int, account: str, status: str, **fields) -> Job:
 
 @pytest.fixture
 def staff() -> str:
-    user = User.objects.create_user("support", password=PASSWORD, is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(
-        content_type__app_label="celery_fairqueue",
-        codename__in=["view_job", "view_deadjob", "view_account", "replay_job"]))
-    return user.username
+    return staff_user("view_job", "view_deadjob", "view_account", "replay_job").username
 
 
 def test_the_console_pages_read_well_at_1366_px(rel, chromium, live_server, staff):

@@ -2,12 +2,18 @@
 and replayed from the admin in real Chromium; a real worker runs the replay."""
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 
 from celery_fairqueue import DeadLetters
 from celery_fairqueue.contrib.django.models import Job
-from tests.browser.conftest import APP, ARTIFACTS, PASSWORD, browser_page, log_in
+from tests.browser.conftest import (
+    APP,
+    ARTIFACTS,
+    browser_page,
+    log_in,
+    replay_and_wait_for_success,
+    staff_user,
+)
 from tests.harness import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -15,10 +21,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 def test_support_replays_a_dead_letter_from_the_admin_by_its_task_id(
         rel, recorder, chromium, celery_worker_factory, redis_client, ledger, live_server):
-    user = User.objects.create_user("support", password=PASSWORD, is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(
-        content_type__app_label="celery_fairqueue",
-        codename__in=["view_job", "view_deadjob", "replay_job"]))
+    staff_user("view_job", "view_deadjob", "replay_job")
     celery_worker_factory(APP)
     redis_client.set("fail:31", "permanent")
     task_id = rel.send_message.delay("acme", 31).id
@@ -35,15 +38,7 @@ def test_support_replays_a_dead_letter_from_the_admin_by_its_task_id(
         page.goto(by_task_id)
         assert "/deadjob/" in page.url and "permanent" in page.inner_text("#content")
         page.screenshot(path=str(ARTIFACTS / "dead-letter-by-task-id.png"), full_page=True)
-        page.click("#fq-replay")
-        assert "Replayed 1 of 1 dead letters." in page.locator("ul.messagelist").inner_text()
-        status = page.locator(".field-status_badge .readonly")
-
-        def succeeded() -> bool:
-            page.reload()
-            return status.inner_text().strip() == "succeeded"
-
-        assert wait_until(succeeded, timeout=20, interval=0.3), status.inner_text()
+        replay_and_wait_for_success(page)
         page.screenshot(path=str(ARTIFACTS / "dead-letter-by-task-id-replayed.png"),
                         full_page=True)
     assert ledger.counts() == {"acme:31": 1}

@@ -3,11 +3,10 @@
 a redacted value. Screenshots go under artifacts/screenshots/ (gitignored)."""
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 
 from celery_fairqueue.contrib.django.models import Job
-from tests.browser.conftest import ARTIFACTS, PASSWORD, browser_page, log_in
+from tests.browser.conftest import ARTIFACTS, browser_page, log_in, staff_user
 from tests.harness import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -17,9 +16,7 @@ SECRET = "ann@example.com"
 
 def test_support_finds_a_job_by_its_key_parts_and_by_an_argument(
         rel, recorder, chromium, live_server):
-    User.objects.create_user("support", password=PASSWORD, is_staff=True).user_permissions.set(
-        Permission.objects.filter(content_type__app_label="celery_fairqueue",
-                                  codename="view_job"))
+    staff_user("view_job")
     for account, lead, step in (("acme", 1, "intro"), ("acme", 12, "intro email"),
                                 ("beta", 1, "intro")):
         rel.send_step.delay(account, lead, step, 3, email=SECRET)  # no worker: they stay ready
