@@ -1,7 +1,9 @@
 """Fair, rate-limited, idempotent multi-tenant jobs for Celery."""
 
 from .errors import (
+    AmbiguousDeadLetterError,
     BacklogFullError,
+    BrokerUnavailableError,
     ConfigurationError,
     DeadLetterNotFound,
     EnqueueError,
@@ -36,7 +38,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AccountLimit",
+    "AmbiguousDeadLetterError",
     "BacklogFullError",
+    "BrokerUnavailableError",
     "ConfigurationError",
     "DeadLetter",
     "DeadLetterNotFound",

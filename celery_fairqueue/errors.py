@@ -51,6 +51,11 @@ class StoreUnavailableError(EnqueueError):
     replica, busy script, failover): try again later."""
 
 
+class BrokerUnavailableError(EnqueueError):
+    """The broker did not take a message the package sent through it (a plain task's
+    dead-letter replay); nothing was sent: try again later."""
+
+
 class StoreFullError(StoreUnavailableError):
     """Redis refused a write because it is at ``maxmemory`` (an OOM error reply)."""
 

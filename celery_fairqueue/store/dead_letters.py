@@ -16,10 +16,12 @@ from typing import Any
 
 from celery import Celery
 from celery.result import AsyncResult
+from kombu.exceptions import OperationalError
 
 from ..envelope import Envelope, MalformedEnvelopeError
 from ..errors import (
     AmbiguousDeadLetterError,
+    BrokerUnavailableError,
     DeadLetterNotFound,
     FairqueueError,
     ReplayLostError,
@@ -222,8 +224,11 @@ class DeadLetters:
         try:
             result = self.app.send_task(letter.task, args=letter.args, kwargs=letter.kwargs,
                                         **options)
-        except BaseException:
+        except BaseException as exc:
             self.store.restore_dead(job_id, taken, letter.at)
+            if isinstance(exc, OperationalError):  # kombu's word for a broker it cannot reach
+                raise BrokerUnavailableError(f"the broker did not take the replay of dead "
+                                             f"letter {job_id!r}; it is kept: {exc}") from exc
             raise
         self.client.hincrby(self.keys.stats, "replayed", 1)
         return result

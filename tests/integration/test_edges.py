@@ -23,6 +23,7 @@ from celery_fairqueue import (
 )
 from celery_fairqueue.envelope import Envelope
 from celery_fairqueue.protocol import MAX_ID_LENGTH, EventType
+from celery_fairqueue.reports import replay_each
 from celery_fairqueue.store import EventReader, store_for
 from celery_fairqueue.testing import run_fair_jobs
 from tests.harness import free_port
@@ -227,6 +228,33 @@ def test_a_replay_that_loses_the_race_reports_not_found(rel, fair_store):
         signals.before_task_publish.disconnect(win_the_race)
     assert [job.task_id for job in run_fair_jobs(rel.app)] == won
     assert loser.count() == 0
+
+
+@pytest.mark.slow  # kombu tries the refused broker for a few seconds
+def test_a_replay_the_broker_refuses_is_reported_and_the_batch_goes_on(redis_client, redis_url):
+    """A plain task's replay goes through the broker: when the broker is away, that letter is
+    reported and kept, and the batch goes on to replay the fair letter after it."""
+    app = Celery("broker-down", broker=f"redis://127.0.0.1:{free_port()}/0",
+                 set_as_current=False)
+    app.conf.update(fairqueue_redis_url=redis_url, task_publish_retry=False)
+    celery_fairqueue.install(app)
+
+    @app.task(name="broker_down.plain")
+    def plain(n: int) -> int:
+        return n
+
+    @app.task(base=FairTask, name="broker_down.fair", account_arg="account")
+    def fair(account: str) -> str:
+        return account
+
+    store = store_for(app)
+    store.bury("plain:0", "permanent: no", record={"task": plain.name, "args": [1]})
+    store.bury("fair:0", "permanent: no", record={"task": fair.name, "account": "acme",
+                                                  "args": ["acme"]})
+    outcome = replay_each(DeadLetters(app), ["plain:0", "fair:0"])
+    assert list(outcome.done) == ["fair:0"] and outcome.unreachable is None
+    assert "broker" in outcome.failed["plain:0"]
+    assert [letter.job_id for letter in DeadLetters(app).list()] == ["plain:0"]  # kept
 
 
 def test_memory_per_real_job_is_measured(fair, fair_store, redis_client, figure):
