@@ -79,22 +79,24 @@ def report_whale(server, quick: bool) -> bool:
     return first_ratio >= 50 and fair["p99"] <= 1.2 * ideal
 
 
-def rate_phase(server, kind: str, limited_jobs: int, free_jobs: int, burst: int = 1) -> dict:
-    """Enqueue the backlog first, then start the workers, so only the workers are measured."""
+def rate_phase(server, kind: str, limited_jobs: int, free_jobs: int, burst: int = 1,
+               weight: int = 1, free_seconds: float = JOB_SECONDS) -> dict:
+    """Enqueue the backlog first, then start the workers, so only the workers are measured;
+    the limited account has ``weight`` (fair), the free account's jobs take ``free_seconds``."""
     from bench import app
 
     client = server.client()
     client.flushall()
     if kind == "fair":
         limited, free = app.fair_job, app.fair_job
-        set_account_limit(app.app, "limited", rate="20/s", burst=burst)
+        set_account_limit(app.app, "limited", rate="20/s", burst=burst, weight=weight)
     else:
         limited, free = app.plain_limited_job, app.plain_job
     for n in range(max(limited_jobs, free_jobs)):
         if n < limited_jobs:
             limited.delay("limited", time.time(), 0.0)
         if n < free_jobs:
-            free.delay("free", time.time(), JOB_SECONDS)
+            free.delay("free", time.time(), free_seconds)
     with workers(server, 2, pool="threads", concurrency=4):
         wait_for_runs(client, limited_jobs + free_jobs, timeout=limited_jobs / 10 + 120)
     rows = runs(client)
@@ -154,28 +156,6 @@ def weighted_shares(server, worker_count: int, first: int = 700) -> dict[str, fl
     return {account: sum(1 for r in done if r[0] == account) / first for account in WEIGHTS}
 
 
-def limited_weight_phase(server, limited_jobs: int, free_jobs: int, weight: int = 4) -> dict:
-    """rate_phase with 10 ms jobs and the limited account at ``weight``."""
-    from bench import app
-
-    client = server.client()
-    client.flushall()
-    set_account_limit(app.app, "limited", rate="20/s", burst=2, weight=weight)
-    for n in range(max(limited_jobs, free_jobs)):
-        if n < limited_jobs:
-            app.fair_job.delay("limited", time.time(), 0.0)
-        if n < free_jobs:
-            app.fair_job.delay("free", time.time(), 0.01)
-    with workers(server, 2, pool="threads", concurrency=4):
-        wait_for_runs(client, limited_jobs + free_jobs, timeout=limited_jobs / 10 + 120)
-    rows = runs(client)
-    starts = sorted(r[2] for r in rows if r[0] == "limited")
-    free_rows = [r for r in rows if r[0] == "free"]
-    span = max(r[3] for r in free_rows) - min(r[2] for r in free_rows)
-    rate = (len(starts) - 1) / (starts[-1] - starts[0]) if len(starts) > 1 else float("nan")
-    return {"rate": rate, "free_throughput": len(free_rows) / span}
-
-
 def report_weighted(server, quick: bool) -> bool:
     ok = True
     print("\n(4) weights 1:2:4, all backlogged, 20 ms jobs, first 700 completions "
@@ -191,14 +171,18 @@ def report_weighted(server, quick: bool) -> bool:
                          f"{weight / total:.3f} ({off * 100:+.1f}%)")
         print(f"    {count} worker(s) x {SLOTS} threads: " + "; ".join(cells))
     limited_jobs, free_jobs, rounds = (60, 800, 1) if quick else (200, 3000, 3)
-    alone = max((limited_weight_phase(server, 0, free_jobs) for _ in range(rounds)),
+    def phase(limited: int, weight: int = 1) -> dict:  # 10 ms jobs beside one limited account
+        return rate_phase(server, "fair", limited, free_jobs, burst=2, weight=weight,
+                          free_seconds=0.01)
+
+    alone = max((phase(0) for _ in range(rounds)),
                 key=lambda r: r["free_throughput"])
     print(f"    limited to 20/s (burst 2) beside an unlimited account, 10 ms jobs, 2 workers x 4 "
           f"threads, best of {rounds}; the unlimited account alone: "
           f"{alone['free_throughput']:.1f} jobs/s (acceptance: rate <= 20/s +5 %, kept >= 0.95)")
     for weight in (1, 4):
-        mixed = max((limited_weight_phase(server, limited_jobs, free_jobs, weight)
-                     for _ in range(rounds)), key=lambda r: r["free_throughput"])
+        mixed = max((phase(limited_jobs, weight) for _ in range(rounds)),
+                    key=lambda r: r["free_throughput"])
         kept = ratio(mixed["free_throughput"], alone["free_throughput"])
         print(f"      weight {weight}: achieved {mixed['rate']:.1f}/s; unlimited "
               f"{mixed['free_throughput']:.1f} jobs/s, kept {kept:.2f}")
