@@ -321,7 +321,7 @@ class ReliableTask(Task):
         self._emit(EventType.FAILED, job=job_id, error=_describe(exc), reason=reason)
         job_key = job_key_of(request)
         with self._store_or_give_back("keep its dead letter"):
-            self._store().bury(job_id, reason, job_key, {
+            self._store().bury(job_id, reason, {
                 "task": self.name,
                 "account": getattr(request, ACCOUNT_HEADER, None) or self.account_of(args,
                                                                                      kwargs),

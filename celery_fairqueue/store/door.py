@@ -22,9 +22,9 @@ from .deadline import RedisClock
 from .keys import Keys, QueueKeys, decode_id
 from .lua import load_script
 
-SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "trim_done",
-                "wake", "bury", "emit", "take_dead", "restore_dead", "purge_dead", "give_back",
-                "cancel", "pause", "resume", "run_now", "register_worker", "heartbeat", "mark",
+SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "wake", "bury", "emit",
+                "take_dead", "restore_dead", "purge_dead", "give_back", "cancel", "pause",
+                "resume", "run_now", "register_worker", "heartbeat", "mark",
                 "set_default_limit")
 
 
@@ -57,6 +57,8 @@ class StoreDoor:
         self._trailing = {name: [keys.events] if source.events else []
                           for name, source in sources.items()}
         self._recording = False
+        # the queues this process's enqueues named in the store's known queues already
+        self._named_queues: set[str] = set()
         self._recording_checked = float("-inf")
         self.redis_clock = RedisClock(self.server_time)  # the producer's deadlines
 
@@ -109,12 +111,12 @@ class StoreDoor:
         return sorted(decode_id(q) for q in self.client.smembers(self.keys.queues))
 
     def server_time(self) -> float:
-        seconds, micros = self.client.time_at(self.keys.jobs)
+        seconds, micros = self.client.time_at(self.keys.records)
         return seconds + micros / 1e6
 
     def ping(self) -> None:
         """Raise StoreUnavailableError unless Redis answers."""
-        self.client.ping_at(self.keys.jobs)
+        self.client.ping_at(self.keys.records)
 
     def instance(self) -> str:
         """The store's instance id, created on first use; a new one means the data was lost."""
@@ -124,8 +126,9 @@ class StoreDoor:
     def clear(self) -> int:
         """Delete every key of this store (those under its prefix), for test suites and for
         decommissioning a store; returns how many were deleted."""
+        self._named_queues.clear()
         pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self.keys.tag) + ":*"
-        keys = list(self.client.scan_at(self.keys.jobs, match=pattern, count=1000))
+        keys = list(self.client.scan_at(self.keys.records, match=pattern, count=1000))
         return sum(int(self.client.delete(*keys[n:n + 500])) for n in range(0, len(keys), 500))
 
     def _wake(self, encoded_account: str) -> None:

@@ -73,7 +73,8 @@ class Jobs(StoreDoor):
                 self.settings.job_retention, task, shown_args, replays,
                 self.settings.max_pending_per_account, self.settings.max_pending,
                 min(max(int(priority or 0), 0), 9),
-                "" if expires is None else f"{expires:.6f}"]
+                "" if expires is None else f"{expires:.6f}",
+                "0" if queue in self._named_queues else "1"]
 
     def enqueue(self, *, queue: str, account: str, job_id: str, envelope: str,
                 due: float | None = None, job_key: str | None = None,
@@ -95,7 +96,9 @@ class Jobs(StoreDoor):
             deadline = self.redis_clock.deadline(self.settings.enqueue_timeout / 2)
         args.append(f"{deadline:.6f}")
         try:
-            return self._store(queue, args)
+            result = self._store(queue, args)
+            self._named_queues.add(queue)
+            return result
         except StoreUnavailableError as exc:
             failure = exc
         if may_run_later(failure):
@@ -136,7 +139,8 @@ class Jobs(StoreDoor):
         position = {name: n + 1 for n, name in enumerate(names)}
         flat = self._run("claim", [self.keys.queue(q) for q in names], [
             max(want, 0), s.lease_seconds, token, default_limit, s.promote_batch, s.max_skips,
-            s.max_deliveries, first % len(queues) + 1 if queues else 1, len(queues), len(acks),
+            s.max_deliveries, first % len(queues) + 1 if queues else 1, len(queues),
+            s.job_retention, len(acks),
             *(arg for ack in acks for arg in ack.ack_args(position[ack.queue])),
         ])
         next_due = float(flat[0])
@@ -154,30 +158,28 @@ class Jobs(StoreDoor):
         """The job ran (or handed over to its retry): release its lease and slot; a success
         marks its business key done."""
         return bool(self._run("ack", [self.keys.queue(lease.queue)],
-                              [lease.token, *lease.ack_args(1)]))
+                              [lease.token, self.settings.job_retention, *lease.ack_args(1)]))
 
     def requeue(self, lease: Lease) -> bool:
         """Give a leased job back to ready, in its FIFO place."""
         return bool(self._run("requeue", [self.keys.queue(lease.queue)],
-                              [lease.job_id, lease.token, encode_id(lease.account)]))
+                              [lease.job_id, lease.token]))
 
     def give_back(self, lease: Lease, wait: float) -> bool:
         """A leased job whose run the store failed (full, read-only, busy) waits ``wait``
         seconds and runs again; the failed delivery does not count toward the poison limit."""
         return bool(self._run("give_back", [self.keys.queue(lease.queue)],
-                              [lease.job_id, lease.token, encode_id(lease.account), wait]))
+                              [lease.job_id, lease.token, wait]))
 
     def reject(self, lease: Lease, reason: str) -> bool:
         """Dead-letter a leased job with ``reason``."""
         return bool(self._run("reject", [self.keys.queue(lease.queue)],
-                              [lease.job_id, lease.token, encode_id(lease.account), reason]))
+                              [lease.job_id, lease.token, reason]))
 
-    def bury(self, job_id: str, reason: str, job_key: str | None = None,
-             record: dict[str, Any] | None = None) -> None:
+    def bury(self, job_id: str, reason: str, record: dict[str, Any] | None = None) -> None:
         """Keep a failed job as a dead letter with ``reason``; ``record`` (task, account, args,
         error, ...) is kept as JSON, as it is, and read back by DeadLetter."""
-        self._run("bury", [], [job_id, reason, encode_job_key(job_key),
-                               build_dead_record(record)])
+        self._run("bury", [], [job_id, reason, build_dead_record(record)])
 
     def recording(self) -> bool:
         """Whether a recorder listens (the event stream exists); asked at most every 5 s."""
@@ -196,17 +198,18 @@ class Jobs(StoreDoor):
 
     def marker(self, job_key: str) -> Marker | None:
         """The business key's idempotency marker, or None."""
-        return Marker.read(self.client.hget(self.keys.markers, encode_id(job_key)))
+        return Marker.read(self.client.get(self.keys.job_key(encode_id(job_key))))
 
     def mark_started(self, job_key: str, job_id: str) -> None:
         """Before the side effect: a redelivery that finds only this asks for reconciliation."""
-        self._run("mark", [], [encode_id(job_key), job_id, "started", ""])
+        self._run("mark", [], [encode_id(job_key), job_id, "started", "",
+                               self.settings.job_retention])
 
     def mark_done(self, job_key: str, job_id: str, external_id: str | None = None) -> None:
-        """After the side effect: a redelivery that finds this returns without running. One
-        atomic call: the marker and the key's done time together."""
+        """After the side effect: a redelivery that finds this returns without running; kept
+        for ``fairqueue_job_retention``."""
         self._run("mark", [], [encode_id(job_key), job_id, "done",
-                               marker_external_id(external_id)])
+                               marker_external_id(external_id), self.settings.job_retention])
 
     def reap(self, batch: int = 500) -> int:
         """Return jobs with expired leases (crashed or hung workers) to ready."""
@@ -215,7 +218,3 @@ class Jobs(StoreDoor):
             return 0
         return int(self._run("reap", [self.keys.queue(q) for q in queues],
                              [batch, *(encode_id(q) for q in queues)]))
-
-    def trim_done(self, batch: int = 1000) -> int:
-        """Forget business keys whose job finished longer ago than the retention."""
-        return int(self._run("trim_done", [], [self.settings.job_retention, batch]))

@@ -1,11 +1,14 @@
 """The Redis key layout of the fair store.
 
-Every key shares one hash tag, so each Lua script touches a single Redis Cluster slot, and every
-key a script touches is built here and passed in ``KEYS``. Per-account state lives in hash fields
-and sorted-set members rather than in per-account keys, which keeps the key set fixed. Account
-ids and queue names are percent-encoded before they reach Redis: the encoded form uses only
-``[A-Za-z0-9_.~%-]``, so it can never contain the ``|`` and space separators the scripts split on,
-a brace that would change the hash tag, or a newline (see protocol.encode_id).
+Every key shares one hash tag, so each Lua script touches a single Redis Cluster slot. Every key
+a script touches is built here and passed in ``KEYS``, but one: the string of a business key
+(:meth:`Keys.job_key`), which the claim only learns from the job it leases; ``key_of`` in
+``_lib.lua`` builds it from the records key, under the same tag, so it is in the same slot (a
+script may touch any key of its slot). Per-account state lives in hash fields and sorted-set
+members rather than in per-account keys, which keeps the key set fixed. Account ids, queue
+names and business keys are percent-encoded before they reach Redis: the encoded form uses only
+``[A-Za-z0-9_.~%-]``, so it can never contain the ``|`` and space separators the scripts split
+on, a brace that would change the hash tag, or a newline (see protocol.encode_id).
 """
 
 from __future__ import annotations
@@ -19,43 +22,42 @@ __all__ = ["MAX_ID_LENGTH", "Keys", "QueueKeys", "decode_id", "encode_id", "enco
 
 
 def encode_job_key(job_key: str | None) -> str:
-    """A business key as the scripts hold it (in meta, jobkeys, done): encoded, or "-"."""
+    """A business key as the scripts hold it (in a record, in its key string): encoded, or
+    "-"."""
     return encode_id(job_key) if job_key else NO_JOB_KEY
 
 #: The store's global keys (Keys attributes), in the order a script receives those it touches.
-GLOBAL_KEY_NAMES = ("jobs", "meta", "job_keys", "done", "leases", "owners", "limits", "buckets",
-                    "queues", "seq", "deliveries", "stats", "dead", "dead_index", "markers",
-                    "pending", "pauses", "workers", "worker_info", "instance", "default_limit")
+GLOBAL_KEY_NAMES = ("records", "leases", "limits", "buckets", "queues", "stats", "dead",
+                    "dead_index", "pauses", "workers", "worker_info", "instance",
+                    "default_limit")
 #: The field of Keys.limits that holds the store's default limit, packed: an encoded account
 #: id never is "*" (encode_id escapes it).
 DEFAULT_LIMIT_FIELD = "*"
-QUEUE_KEY_NAMES = ("ring", "state", "ready", "nready", "deferred", "delayed", "running",
-                   "waiting", "started", "ndelayed", "deferrals", "tags", "finish")
-#: Key suffixes that differ from their QueueKeys name: the deferred set's key keeps the suffix
-#: it had when "paused" still meant a limit's deferral, so a store upgraded mid-flight keeps
-#: its deferred accounts.
-KEY_SUFFIXES = {"deferred": "paused"}
+QUEUE_KEY_NAMES = ("state", "ready", "deferred", "delayed", "running", "ndelayed", "deferrals",
+                   "tags", "finish")
+#: The keys of the layout before records (issue 24): a store holding jobs in them must be
+#: drained by the version that wrote them (see Keys.legacy_jobs and docs/deployment.md).
+LEGACY_JOB_KEY = "meta"
+LEGACY_IDEMPOTENCY_KEYS = ("markers", "done", "jobkeys")
 MAX_CACHED_QUEUES = 1024  # Keys.queue's made QueueKeys, by queue name
 
 
 @dataclass(frozen=True)
 class QueueKeys:
-    """The keys of one fair queue, in the order the scripts expect them."""
+    """The keys of one fair queue, in the order the scripts expect them. What the console
+    counts (ready jobs per account, the oldest waiting, running since) is read off these and
+    the job records when it asks; no script keeps a count for it."""
 
-    ring: str  # list of accounts with ready jobs: the rotation of stores written before
-    #           weights; the scripts only drain it into ``tags`` (upgrade), and its name
-    #           gives the queue's wake channel
     state: str  # hash account -> r (in the rotation, tags) | p (deferred by its rate or
     #             window) | c (deferred at its concurrency cap) | o (paused by an operator; see
-    #             Keys.pauses); the codes are states.STATE_CODES
-    ready: str  # sorted set, score 0, members "account|seq|job_id": per-account FIFO by lex
-    nready: str  # hash account -> number of ready jobs
-    deferred: str  # sorted set account -> time its limit lets it run again (key suffix
-    #               "paused", see KEY_SUFFIXES)
+    #             Keys.pauses); the codes are states.STATE_CODES. An account with ready jobs
+    #             has a state; one without has none (or keeps p/c/o until the claim finds it
+    #             empty)
+    ready: str  # sorted set, score 0, members "account|seq|job_id": per-account FIFO by lex;
+    #             seq is the priority digit and the microsecond the job became ready
+    deferred: str  # sorted set account -> time its limit lets it run again
     delayed: str  # sorted set job_id -> due time (eta, countdown, retry backoff)
-    running: str  # hash account -> jobs leased and not settled
-    waiting: str  # sorted set job_id -> time it became ready (ready and deferred jobs)
-    started: str  # hash job_id -> time its running lease was taken
+    running: str  # hash account -> jobs leased and not settled (its concurrency cap)
     ndelayed: str  # hash account -> number of delayed jobs
     deferrals: str  # hash account -> why the claim deferred it and until when (records.Deferral)
     tags: str  # sorted set "stamp account" -> virtual start tag: the rotation (start-time fair
@@ -72,7 +74,7 @@ class QueueKeys:
     @property
     def wake(self) -> str:
         """Pub/sub channel on which the scripts wake the queue's idle workers (not a key)."""
-        return self.ring.removesuffix("ring") + "wake"
+        return self.state.removesuffix("state") + "wake"
 
 
 class Keys:
@@ -90,34 +92,21 @@ class Keys:
         return f"{self.tag}:{name}"
 
     @cached_property
-    def jobs(self) -> str:
-        """Hash job_id -> the stored Celery message (JSON envelope)."""
-        return self._key("jobs")
+    def records(self) -> str:
+        """Hash job_id -> the job's record: its header line and its Celery message
+        (records.JobRecord), written at enqueue and once per transition."""
+        return self._key("records")
 
-    @cached_property
-    def meta(self) -> str:
-        """Hash job_id -> "queue account seq job_key" (encoded, space separated)."""
-        return self._key("meta")
-
-    @cached_property
-    def job_keys(self) -> str:
-        """Hash business job key -> the job_id holding it (pending, running or done)."""
-        return self._key("jobkeys")
-
-    @cached_property
-    def done(self) -> str:
-        """Sorted set business job key -> time its job finished; trimmed after retention."""
-        return self._key("done")
+    def job_key(self, stored_key: str) -> str:
+        """The string of a business key (encoded, see encode_job_key): the idempotency marker
+        of the job holding it (records.Marker), pending, started or done; a finished job's
+        expires after ``fairqueue_job_retention``."""
+        return self._key("key:" + stored_key)
 
     @cached_property
     def leases(self) -> str:
         """Sorted set job_id -> lease deadline (Redis server time)."""
-        return self._key("leases")
-
-    @cached_property
-    def owners(self) -> str:
-        """Hash job_id -> token of the worker holding its lease."""
-        return self._key("owners")
+        return self._key("leased")
 
     @cached_property
     def limits(self) -> str:
@@ -147,16 +136,6 @@ class Keys:
         return self._key("queues")
 
     @cached_property
-    def seq(self) -> str:
-        """Counter giving each ready job its place in its account's FIFO."""
-        return self._key("seq")
-
-    @cached_property
-    def deliveries(self) -> str:
-        """Hash job_id -> times it was handed to a worker."""
-        return self._key("deliveries")
-
-    @cached_property
     def dead(self) -> str:
         """Hash job_id -> dead letter (JSON: reason, envelope, meta)."""
         return self._key("dead")
@@ -165,16 +144,6 @@ class Keys:
     def dead_index(self) -> str:
         """Sorted set job_id -> time it was dead-lettered."""
         return self._key("deadindex")
-
-    @cached_property
-    def markers(self) -> str:
-        """Hash business job key -> started/done marker (JSON) around the side effect."""
-        return self._key("markers")
-
-    @cached_property
-    def pending(self) -> str:
-        """Hash account -> its jobs in the store (ready, delayed, running), for the bound."""
-        return self._key("pending")
 
     @cached_property
     def events(self) -> str:
@@ -212,14 +181,19 @@ class Keys:
         """Hash worker id -> "heartbeat JSON" (name, queues, slots) of a live worker."""
         return self._key("workerinfo")
 
+    @cached_property
+    def legacy_jobs(self) -> str:
+        """The job meta hash of the layout before records: jobs in it are drained by the
+        version that stored them (a worker of this one refuses to start while it holds any)."""
+        return self._key(LEGACY_JOB_KEY)
+
     def queue(self, name: str) -> QueueKeys:
         """The keys of the fair queue called ``name`` (a Celery queue name); made once per
         name, as every enqueue and claim asks for them."""
         made = self._queues.get(name)
         if made is None:
-            base = f"{self.tag}:q:{encode_id(name)}"
-            made = QueueKeys(*(f"{base}:{KEY_SUFFIXES.get(part, part)}"
-                                for part in QUEUE_KEY_NAMES))
+            base = f"{self.tag}:queue:{encode_id(name)}"
+            made = QueueKeys(*(f"{base}:{part}" for part in QUEUE_KEY_NAMES))
             if len(self._queues) >= MAX_CACHED_QUEUES:  # names from callers: keep it bounded
                 self._queues.clear()
             self._queues[name] = made

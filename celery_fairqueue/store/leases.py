@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import FairqueueError
 from ..protocol import NO_JOB_KEY, LeaseTicket
-from .keys import encode_id
 
 if TYPE_CHECKING:
     from .jobs import Jobs
@@ -120,8 +119,7 @@ class Lease:
 
     def ack_args(self, queue_index: int) -> list[Any]:
         """The job as the claim and ack scripts take an ack (see ack_job in _lib.lua)."""
-        return [queue_index, self.job_id, encode_id(self.account), self.stored_key,
-                "1" if self.success else "0"]
+        return [queue_index, self.job_id, self.stored_key, "1" if self.success else "0"]
 
     def _let_go(self, doing: str) -> bool:
         """Stop holding the lease, once; False when it settled already or needs no store call

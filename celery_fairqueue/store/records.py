@@ -6,10 +6,10 @@ parsed and built here and nowhere else in Python; on the Lua side each is read b
 keys are percent-encoded (keys.encode_id) before they reach a stored string, so the space and
 ``|`` separators can never occur inside a field.
 
-- job meta (``Keys.meta``), ``"queue account seq job_key[ expires]"``: ``split_meta``/``make_meta``
+- job record (``Keys.records``), a header line and the message: ``split_record``/``make_record``
 - ready member (``QueueKeys.ready``), ``"account|seq|job_id"``: ``split_member``/``ready_member``
 - token bucket (``Keys.buckets``), ``"tokens updated_at"``: ``read_bucket``/``write_bucket``
-- idempotency marker (``Keys.markers``), JSON: ``read_marker``/``write_marker`` (the one writer)
+- idempotency marker (``Keys.job_key``), JSON: ``make_marker`` (the one maker)
 - dead letter (``Keys.dead``), JSON: ``store_dead`` (the one writer)
 - deferral (``QueueKeys.deferral``), ``"reason until"``: ``defer`` in claim.lua (the one writer)
 - worker entry (``Keys.worker_info``), ``"heartbeat info_json"``: ``renew_registration``
@@ -23,52 +23,97 @@ from typing import Any
 
 from ..protocol import NO_JOB_KEY, decode_id, encode_id
 
-__all__ = ["Bucket", "DeadRecord", "Deferral", "JobMeta", "Marker", "ReadyMember",
+__all__ = ["Bucket", "DeadRecord", "Deferral", "JobRecord", "Marker", "ReadyMember",
            "WorkerEntry", "build_dead_record", "marker_external_id"]
 
 
 @dataclass(frozen=True)
-class JobMeta:
-    """A job's place in the store: its queue, account, FIFO seq, business key as stored
-    (encoded, or ``-``: none) and Celery ``expires`` (epoch seconds), if any."""
+class JobRecord:
+    """A job as the store holds it, one record (``Keys.records``): a header line, then the
+    Celery message. The header is ``"queue account seq job_key expires deliveries owner started
+    capped"``, ``-`` for none: its queue and account, its place in its account's FIFO (``seq``:
+    the priority digit, then the microsecond it became ready), its business key as stored
+    (encoded, or ``-``), Celery's ``expires`` (epoch seconds), how many times it was handed to
+    a worker, and while leased, the worker's token, since when, and ``c`` when its account had a
+    concurrency cap then. Dead letters keep the header line as their ``meta``; a letter from
+    the layout before records holds ``"queue account seq job_key[ expires]"`` (read too)."""
 
     queue: str  # decoded
     account: str  # decoded
     seq: str
     stored_key: str = NO_JOB_KEY
     expires: float | None = None
+    deliveries: int = 0
+    owner: str | None = None
+    started: float | None = None
+    capped: bool = False
+    envelope: str = ""
 
     @classmethod
-    def parse(cls, raw: str | bytes) -> JobMeta:
-        """Read a meta string as enqueue.lua writes it (``make_meta``)."""
+    def parse(cls, raw: str | bytes) -> JobRecord:
+        """Read a record as the scripts write it (``make_record``)."""
         text = raw.decode() if isinstance(raw, bytes) else raw
-        parts = text.split(" ")
-        if len(parts) not in (4, 5):
-            raise ValueError(f"not a job meta: {text[:200]!r}")
-        queue, account, seq, stored_key = parts[:4]
-        expires = float(parts[4]) if len(parts) == 5 and parts[4] else None
-        return cls(decode_id(queue), decode_id(account), seq, stored_key, expires)
+        header, newline, envelope = text.partition("\n")
+        if not newline:
+            raise ValueError(f"not a job record: {text[:200]!r}")
+        return cls.parse_header(header, envelope)
+
+    @classmethod
+    def parse_header(cls, header: str, envelope: str = "") -> JobRecord:
+        """A header line alone (a dead letter's ``meta``), in either layout."""
+        parts = header.split(" ")
+        if len(parts) in (4, 5):  # a dead letter of the layout before records
+            expires = float(parts[4]) if len(parts) == 5 and parts[4] else None
+            return cls(decode_id(parts[0]), decode_id(parts[1]), parts[2], parts[3], expires)
+        if len(parts) != 9:
+            raise ValueError(f"not a job record header: {header[:200]!r}")
+        queue, account, seq, stored_key, expires, deliveries, owner, started, capped = parts
+        return cls(decode_id(queue), decode_id(account), seq, stored_key,
+                   None if expires == "-" else float(expires), int(deliveries),
+                   None if owner == "-" else owner, None if started == "-" else float(started),
+                   capped == "c", envelope)
 
     def build(self) -> str:
-        """The meta string (the scripts build it in ``make_meta``; this is for tests and
-        tools that write a store by hand)."""
-        tail = f" {self.expires:.6f}" if self.expires is not None else ""
+        """The record (the scripts build it in ``make_record``; this is for tests and tools
+        that write a store by hand)."""
+        def text(value: object) -> str:
+            return "-" if value is None else str(value)
+        expires = "-" if self.expires is None else f"{self.expires:.6f}"
+        started = "-" if self.started is None else f"{self.started:.6f}"
         return (f"{encode_id(self.queue)} {encode_id(self.account)} {self.seq} "
-                f"{self.stored_key}{tail}")
+                f"{self.stored_key} {expires} {self.deliveries} {text(self.owner)} {started} "
+                f"{'c' if self.capped else '-'}\n{self.envelope}")
 
     @property
     def encoded_account(self) -> str:
         return encode_id(self.account)
 
+    @property
+    def leased(self) -> bool:
+        return self.owner is not None
 
-def meta_account(raw: str | bytes | None) -> str | None:
-    """The (decoded) account of a stored meta, or None when there is none."""
-    return JobMeta.parse(raw).account if raw else None
+    @property
+    def ready_since(self) -> float | None:
+        """When the job became ready (its seq's time), or None for a seq of the layout before
+        records (a counter)."""
+        return seq_time(self.seq)
 
 
-def meta_queue(raw: str | bytes | None) -> str | None:
-    """The (decoded) queue of a stored meta, or None when there is none."""
-    return JobMeta.parse(raw).queue if raw else None
+def seq_time(seq: str) -> float | None:
+    """The time in a ready seq (priority digit, then 16 digits of microseconds), or None."""
+    if len(seq) != 17 or not seq.isdigit():
+        return None
+    return int(seq[1:]) / 1e6
+
+
+def record_account(raw: str | bytes | None) -> str | None:
+    """The (decoded) account of a stored record, or None when there is none."""
+    return JobRecord.parse(raw).account if raw else None
+
+
+def record_queue(raw: str | bytes | None) -> str | None:
+    """The (decoded) queue of a stored record, or None when there is none."""
+    return JobRecord.parse(raw).queue if raw else None
 
 
 @dataclass(frozen=True)
@@ -80,6 +125,11 @@ class ReadyMember:
     account: str  # decoded
     seq: str
     job_id: str
+
+    @property
+    def ready_since(self) -> float | None:
+        """When the job became ready (see seq_time)."""
+        return seq_time(self.seq)
 
     @classmethod
     def parse(cls, raw: str | bytes) -> ReadyMember:
@@ -127,8 +177,9 @@ class Bucket:
 
 @dataclass(frozen=True)
 class Marker:
-    """A business key's idempotency marker: ``started`` before the side effect, ``done``
-    after it (with the external system's id when the task recorded one)."""
+    """A business key's idempotency marker: ``pending`` while its job waits, ``started`` before
+    the side effect, ``done`` after it (with the external system's id when the task recorded
+    one)."""
 
     state: str
     job_id: str
@@ -176,14 +227,14 @@ def build_dead_record(record: dict[str, Any] | None) -> str:
 @dataclass(frozen=True)
 class DeadRecord:
     """A dead letter as the store holds it: the Lua-made fields, the worker's ``record``
-    (decoded), the kept message and the job's meta at the time."""
+    (decoded), the kept message and the job's record header at the time (``meta``)."""
 
     job_id: str
     reason: str
     at: float
     record: dict[str, Any]
     envelope: str
-    meta: JobMeta | None
+    meta: JobRecord | None
     deliveries: int
 
     @classmethod
@@ -201,7 +252,7 @@ class DeadRecord:
         meta_raw = data.get("meta") or ""
         return cls(job_id=data["job_id"], reason=str(data.get("reason") or ""),
                    at=float(data.get("at", 0)), record=record, envelope=envelope,
-                   meta=JobMeta.parse(meta_raw) if meta_raw else None,
+                   meta=JobRecord.parse_header(meta_raw) if meta_raw else None,
                    deliveries=int(data.get("deliveries") or 0))
 
 

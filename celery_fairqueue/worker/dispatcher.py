@@ -351,7 +351,6 @@ class FairDispatcher:
                     if reaped:
                         logger.warning("fairqueue: returned %d jobs with expired leases to ready",
                                        reaped)
-                    self.store.trim_done()
                 if now - last_windows >= WINDOW_REFRESH_SECONDS:
                     last_windows, asked = now, True
                     self.store.refresh_windows()

@@ -2,14 +2,18 @@
 -- after a prologue that binds the K_* names of the global keys (keys.GLOBAL_KEY_NAMES) the
 -- script touches, itself or through these helpers, and NGLOBAL, their number.
 --
--- KEYS (every script): those global keys, then 13 keys per fair queue in the order of
--- keys.QUEUE_KEY_NAMES: ring, state, ready, nready, deferred, delayed, running, waiting, started,
--- ndelayed, deferrals, tags, finish; then, for a script that emits events, the event stream
--- (K_EVENTS).
--- Account ids and queue names arrive percent-encoded (no spaces, no "|", no braces).
+-- KEYS (every script): those global keys, then 9 keys per fair queue in the order of
+-- keys.QUEUE_KEY_NAMES: state, ready, deferred, delayed, running, ndelayed, deferrals, tags,
+-- finish; then, for a script that emits events, the event stream (K_EVENTS).
+-- Account ids, queue names and business keys arrive percent-encoded (no spaces, no "|", no
+-- braces, no newline).
 -- All times are Redis server time, so workers with skewed clocks agree on leases and buckets.
+--
+-- The layout is lean (issue 24): a job is one record, written at enqueue and once per
+-- transition; a business key is one string, its marker; no script keeps a count that the
+-- console can derive when it asks (ready jobs per account, the oldest waiting, running since).
 
-local NQKEYS = 13
+local NQKEYS = 9
 local EVENTS_MAXLEN = 1000000
 
 -- Redis's clock, read once per script run; now_text() is it as a script argument (a Lua number
@@ -35,42 +39,72 @@ local function queue_count()
   return (#KEYS - NGLOBAL - (K_EVENTS and 1 or 0)) / NQKEYS
 end
 
--- Record a state transition for the recorder (events.py), only once a recorder has created the
--- stream: with no recorder nothing piles up. Fields alternate name, value.
-local recording = nil
+-- Record a state transition for the recorder (events.py). NOMKSTREAM: only once a recorder has
+-- created the stream, so with no recorder nothing piles up, and no command asks first.
+-- Fields alternate name, value.
 local function emit(...)
-  if recording == nil then
-    recording = redis.call('EXISTS', K_EVENTS) == 1
-  end
-  if recording then
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_MAXLEN, '*', ...)
-  end
+  redis.call('XADD', K_EVENTS, 'NOMKSTREAM', 'MAXLEN', '~', EVENTS_MAXLEN, '*', ...)
 end
 
 local function queue_keys(i)
   local b = NGLOBAL + (i - 1) * NQKEYS
-  return {ring = KEYS[b + 1], state = KEYS[b + 2], ready = KEYS[b + 3], nready = KEYS[b + 4],
-          deferred = KEYS[b + 5], delayed = KEYS[b + 6], running = KEYS[b + 7],
-          waiting = KEYS[b + 8], started = KEYS[b + 9], ndelayed = KEYS[b + 10],
-          deferrals = KEYS[b + 11], tags = KEYS[b + 12], finish = KEYS[b + 13],
-          name = string.match(KEYS[b + 1], ':q:([^:]+):ring$'),
-          wake = (string.gsub(KEYS[b + 1], 'ring$', 'wake'))}
+  return {state = KEYS[b + 1], ready = KEYS[b + 2], deferred = KEYS[b + 3],
+          delayed = KEYS[b + 4], running = KEYS[b + 5], ndelayed = KEYS[b + 6],
+          deferrals = KEYS[b + 7], tags = KEYS[b + 8], finish = KEYS[b + 9],
+          name = string.match(KEYS[b + 1], ':queue:([^:]+):state$'),
+          wake = (string.gsub(KEYS[b + 1], 'state$', 'wake'))}
 end
 
 -- The stored formats, each read and built by one helper here (records.py is their Python
 -- codec; keep the two in step).
 
--- meta is "queue account seq job_key" (job_key "-" when the job has none), then " expires"
--- (epoch seconds) for a job sent with Celery's ``expires`` (records.JobMeta)
-local function split_meta(meta)
-  local queue, account, seq, job_key, expires = string.match(meta, '^(%S+) (%S+) (%S+) (%S+) ?(%S*)$')
-  return queue, account, seq, job_key, tonumber(expires)
+-- A job's record (records.JobRecord): a header line "queue account seq job_key expires
+-- deliveries owner started capped" ("-" for none), a newline, then the Celery message. seq is
+-- its place in its account's FIFO (see ready_seq); owner, started and capped say who leases
+-- it, since when, and whether its account had a concurrency cap then.
+local function split_record(record)
+  if not record then
+    return nil
+  end
+  local newline = string.find(record, '\n', 1, true)
+  if not newline then
+    return nil
+  end
+  local queue, account, seq, job_key, expires, deliveries, owner, started, capped =
+    string.match(string.sub(record, 1, newline - 1),
+                 '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+  if not queue then
+    return nil
+  end
+  return {queue = queue, account = account, seq = seq, job_key = job_key,
+          expires_text = expires, expires = tonumber(expires), deliveries = tonumber(deliveries),
+          owner = owner, started = started, capped = capped,
+          envelope = string.sub(record, newline + 1)}
 end
 
--- ``expires`` is the text of the epoch seconds, or '' for none.
-local function make_meta(queue, account, seq, job_key, expires)
-  return queue .. ' ' .. account .. ' ' .. seq .. ' ' .. job_key ..
-         (expires ~= '' and (' ' .. expires) or '')
+local function make_record(job)
+  return job.queue .. ' ' .. job.account .. ' ' .. job.seq .. ' ' .. job.job_key .. ' ' ..
+         job.expires_text .. ' ' .. job.deliveries .. ' ' .. job.owner .. ' ' .. job.started ..
+         ' ' .. job.capped .. '\n' .. job.envelope
+end
+
+local function read_job(job_id)
+  return split_record(redis.call('HGET', K_RECORDS, job_id))
+end
+
+local function write_job(job_id, job)
+  redis.call('HSET', K_RECORDS, job_id, make_record(job))
+end
+
+-- A job's place in its account's FIFO: its priority digit (0 first), then the microsecond it
+-- became ready (Redis time, 16 digits; ``micros`` defaults to now), so lex order is priority,
+-- then arrival, and the console reads how long the head has waited off its seq.
+local function ready_seq(priority, micros)
+  if not micros then
+    now_seconds()
+    micros = clock_micros
+  end
+  return priority .. string.format('%016d', micros)
 end
 
 -- A ready member is "account|seq|job_id" (records.ReadyMember): lex order gives each account a
@@ -89,10 +123,10 @@ local function split_member(member)
 end
 
 -- A rotation member (QueueKeys.tags) is "stamp account": the stamp orders accounts of equal
--- virtual tags by when they got it, first come first served, as the ring did before weights.
--- It is Redis time in microseconds (9 digits) and a count within the script (2 digits), in
--- base 62 with digits in ASCII order, so that lex order is time order (until the year 2398);
--- short, as every account waiting in a queue has one.
+-- virtual tags by when they got it, first come first served. It is Redis time in microseconds
+-- (9 digits) and a count within the script (2 digits), in base 62 with digits in ASCII order,
+-- so that lex order is time order (until the year 2398); short, as every account waiting in a
+-- queue has one.
 local DIGITS62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
 local stamps = 0
 
@@ -143,6 +177,67 @@ local function hget_number(key, field)
   return tonumber(redis.call('HGET', key, field) or '0')
 end
 
+-- The string of a business key (keys.Keys.job_key), under the records key's hash tag.
+local function key_of(job_key)
+  return string.sub(K_RECORDS, 1, -8) .. 'key:' .. job_key
+end
+
+-- A business key's marker (records.Marker) is JSON: state "pending" (a job holds the key and
+-- has not started), "started" (a delivery was handed to a worker: the side effect may have
+-- begun) or "done"; the job holding it; when; and external_id when ``external`` (a JSON string
+-- literal made by records.marker_external_id, so Python's own escapes survive byte for byte)
+-- is given. A finished job's marker expires after the retention: a key string with a time to
+-- live is a finished job's, one without is held by a job in the store.
+local function make_marker(state, job_id, external)
+  local tail = (external and external ~= '') and (',"external_id":' .. external) or ''
+  return '{"state":"' .. state .. '","job_id":' .. cjson.encode(job_id) .. ',"at":' ..
+         now_text() .. tail .. '}'
+end
+
+local function marker_state(marker)
+  return marker and string.match(marker, '^{"state":"(%a+)"')
+end
+
+local function marker_holder(marker)
+  local ok, decoded = pcall(cjson.decode, marker)
+  return ok and type(decoded) == 'table' and decoded.job_id or nil
+end
+
+local function retention_ms(retention)
+  return math.max(1, math.floor(retention * 1000))
+end
+
+-- The claim hands a job with a business key to a worker: unless the key is done already, its
+-- started marker is written here, before the side effect can begin. Returns the marker as it
+-- was ('' when none, or only pending), for the task to decide whether to run or to reconcile.
+local function mark_started(job_key, job_id)
+  local key = key_of(job_key)
+  local old = redis.call('SET', key, make_marker('started', job_id), 'GET')
+  local state = marker_state(old)
+  if state == 'done' then
+    redis.call('SET', key, old, 'KEEPTTL')  -- done stays done (a redelivery finds it)
+  end
+  if not old or state == 'pending' then
+    return ''
+  end
+  return old
+end
+
+-- The job's side effect happened: its key is done, from now, for the retention (a done marker
+-- the task wrote itself, with the external id, stays). Returns the external id, or nil.
+local function mark_done(job_key, job_id, retention)
+  local key = key_of(job_key)
+  local old = redis.call('SET', key, make_marker('done', job_id), 'PX', retention_ms(retention),
+                         'GET')
+  if marker_state(old) == 'done' then
+    redis.call('SET', key, old, 'PX', retention_ms(retention))
+    local ok, decoded = pcall(cjson.decode, old)
+    local external = ok and type(decoded) == 'table' and decoded.external_id
+    return type(external) == 'string' and external or nil
+  end
+  return nil
+end
+
 -- The rotation is start-time fair queueing over virtual time: qk.tags holds the accounts that
 -- may run now, each scored by its virtual start tag, and the claim serves the lowest and moves
 -- it on by VIRTUAL_TURN / weight (claim.lua). Tags are whole numbers, so they add up exactly
@@ -186,19 +281,17 @@ local function join_rotation(qk, account, front)
   redis.call('ZADD', qk.tags, tag, rotation_member(account))
 end
 
--- Upgrade: the accounts a store written before weights left in its ring list join the
--- rotation (the claim, when its rotation is empty, and the reaper call this).
-local function adopt_ring(qk, batch)
-  for _, account in ipairs(redis.call('LPOP', qk.ring, batch) or {}) do
-    join_rotation(qk, account)
-  end
+-- Whether the account has ready jobs in the queue.
+local function has_ready(qk, account)
+  local low, high = member_range(account)
+  return redis.call('ZRANGEBYLEX', qk.ready, low, high, 'LIMIT', 0, 1)[1] ~= nil
 end
 
 -- Back into the rotation if it has ready jobs, else out of the queue's state entirely. An account
 -- whose deferral ended goes to the front: it waited for its token, and a later turn would waste it.
 local function rotate_in_or_forget(qk, account, front)
   redis.call('HDEL', qk.deferrals, account)
-  if hget_number(qk.nready, account) > 0 then
+  if has_ready(qk, account) then
     redis.call('HSET', qk.state, account, 'r')
     join_rotation(qk, account, front)
   else
@@ -214,23 +307,21 @@ end
 
 -- A job joins its account's FIFO (ordered by seq); the account joins the rotation unless it is
 -- already there, deferred by its limit (or at its concurrency cap) or paused by an operator.
--- ``since`` (default now) is when it became ready, kept in waiting for the oldest waiting age.
-local function make_ready(qk, account, seq, job_id, since)
+-- ``alone``: the caller knows the account had no ready job in the queue (else it has a state
+-- already, and nothing more is asked).
+local function make_ready(qk, account, seq, job_id, alone)
   redis.call('ZADD', qk.ready, 0, ready_member(account, seq, job_id))
-  redis.call('HINCRBY', qk.nready, account, 1)
-  redis.call('ZADD', qk.waiting, 'NX', since or now_text(), job_id)
-  if not redis.call('HGET', qk.state, account) then
+  if alone ~= false and not redis.call('HGET', qk.state, account) then
     redis.call('HSET', qk.state, account, 'r')
     join_rotation(qk, account)
   end
 end
 
--- A leased job of the account stopped running; an account waiting on its cap may go again.
-local function release_running(qk, account)
-  if redis.call('HINCRBY', qk.running, account, -1) <= 0 then
-    redis.call('HDEL', qk.running, account)
-  end
-  if redis.call('HGET', qk.state, account) == 'c' then
+-- A leased job of the account stopped running; an account waiting on its cap may go again
+-- (``capped``: it had a cap when the job was leased; only then can it be waiting on it).
+local function release_running(qk, account, capped)
+  hincr_or_drop(qk.running, account, -1)
+  if capped and redis.call('HGET', qk.state, account) == 'c' then
     rotate_in_or_forget(qk, account)
   end
 end
@@ -278,100 +369,42 @@ local function queue_paused(qk)
   return any_pause and redis.call('HEXISTS', K_PAUSES, 'q:' .. qk.name) == 1
 end
 
-local function drop_lease(job_id)
-  redis.call('ZREM', K_LEASES, job_id)
-  redis.call('HDEL', K_OWNERS, job_id)
-end
-
--- The worker holding a job's lease lets go of it (ack, requeue, reject, give back): false when
--- the lease is no longer its own (it expired and was reaped). ``qk`` defaults to the first queue.
-local function release_lease(job_id, token, account, qk)
-  if redis.call('HGET', K_OWNERS, job_id) ~= token then
-    return false
+-- The job, read, when the worker ``token`` holds its lease; nil when the lease is no longer its
+-- own (it expired and was reaped) or the job is gone.
+local function leased_job(job_id, token)
+  local job = read_job(job_id)
+  if job and job.owner == token then
+    return job
   end
-  drop_lease(job_id)
-  qk = qk or queue_keys(1)
-  redis.call('HDEL', qk.started, job_id)
-  release_running(qk, account)
-  return true
-end
-
--- The idempotency marker of a business key (JSON, see task.py), decoded; nil when there is none
--- or it cannot be read.
-local function read_marker(job_key)
-  local raw = redis.call('HGET', K_MARKERS, job_key)
-  if not raw then
-    return nil, nil
-  end
-  local ok, marker = pcall(cjson.decode, raw)
-  return raw, (ok and type(marker) == 'table') and marker or nil
-end
-
--- Write a key's marker (records.Marker), the one writer of markers: JSON state, job_id, at, and
--- external_id when ``external`` (a JSON string literal made by records.marker_external_id, so
--- Python's own escapes survive byte for byte) is given.
-local function write_marker(job_key, state, job_id, external)
-  local tail = (external and external ~= '') and (',"external_id":' .. external) or ''
-  redis.call('HSET', K_MARKERS, job_key, '{"state":"' .. state .. '","job_id":' ..
-             cjson.encode(job_id) .. ',"at":' .. now_text() .. tail .. '}')
-end
-
--- The claim hands a job with a business key to a worker: unless the key is done already, its
--- started marker is written here, before the side effect can begin. Returns the marker as it
--- was ('' when none), for the task to decide whether to run or to reconcile.
-local function mark_started(job_key, job_id)
-  local raw, marker = read_marker(job_key)
-  if not (marker and marker.state == 'done') then
-    write_marker(job_key, 'started', job_id)
-  end
-  return raw or ''
-end
-
--- The job's side effect happened: its key is done, from now (a done marker the task wrote
--- itself, with the external id, stays). Returns the external id, or nil.
-local function mark_done(job_key, job_id)
-  redis.call('ZADD', K_DONE, now_text(), job_key)
-  local _, marker = read_marker(job_key)
-  if marker and marker.state == 'done' then
-    return type(marker.external_id) == 'string' and marker.external_id or nil
-  end
-  write_marker(job_key, 'done', job_id)
   return nil
 end
 
--- Forget a job for good. Callers have taken it out of ready (and waiting), delayed and its
--- lease already; the console's readers skip an entry whose job is gone, should one stay.
--- ``meta`` is the job's meta when the caller read it already.
-local function forget_job(job_id, meta)
-  meta = meta or redis.call('HGET', K_META, job_id)
-  if meta then
-    local _, account = split_meta(meta)
-    hincr_or_drop(K_PENDING, account, -1)
-  end
-  redis.call('HDEL', K_JOBS, job_id)
-  redis.call('HDEL', K_META, job_id)
-  redis.call('HDEL', K_DELIVERIES, job_id)
-end
-
--- A dead job's business key is free again, so the fixed job can be replayed or enqueued anew.
-local function free_job_key(job_key, job_id)
-  if job_key and job_key ~= '-' and job_key ~= '' and
-      redis.call('HGET', K_JOBKEYS, job_key) == job_id then
-    redis.call('HDEL', K_JOBKEYS, job_key)
-  end
+-- The worker holding a job's lease lets go of it (ack, requeue, reject, give back): the job's
+-- record no longer names an owner (the caller writes or forgets it), and its slot is free.
+local function release_lease(qk, job_id, job)
+  redis.call('ZREM', K_LEASES, job_id)
+  release_running(qk, job.account, job.capped == 'c')
+  job.owner, job.started, job.capped = '-', '-', '-'
 end
 
 -- Store a dead letter: a JSON object whose Lua-made fields are plain numbers and strings, and
 -- whose message ("envelope") and the worker's record ("record", JSON made by Python) are kept as
 -- opaque strings, byte for byte: re-encoding them with cjson would corrupt big integers, floats,
--- empty lists and escapes.
-local function store_dead(job_id, reason, record, now)
+-- empty lists and escapes. ``meta`` is the job's header line (records.JobRecord).
+local function store_dead(job_id, reason, record, now, job)
   emit('e', 'dead', 'job', job_id, 'at', now, 'reason', reason)
+  local header = ''
+  if job then
+    header = make_record({queue = job.queue, account = job.account, seq = job.seq,
+                          job_key = job.job_key, expires_text = job.expires_text,
+                          deliveries = job.deliveries, owner = '-', started = '-',
+                          capped = '-', envelope = ''})
+    header = string.sub(header, 1, -2)
+  end
   local letter = cjson.encode({
     job_id = job_id, at = now, reason = reason, record = record or '',
-    envelope = redis.call('HGET', K_JOBS, job_id) or '',
-    meta = redis.call('HGET', K_META, job_id) or '',
-    deliveries = hget_number(K_DELIVERIES, job_id),
+    envelope = job and job.envelope or '', meta = header,
+    deliveries = job and job.deliveries or 0,
   })
   -- a job buried again (its worker died before the ack, and it failed again) counts once
   if redis.call('HSET', K_DEAD, job_id, letter) == 1 then
@@ -380,30 +413,29 @@ local function store_dead(job_id, reason, record, now)
   redis.call('ZADD', K_DEADINDEX, now, job_id)
 end
 
--- Keep the message with its reason, and forget the job.
-local function dead_letter(job_id, reason, now)
-  local meta = redis.call('HGET', K_META, job_id)
-  store_dead(job_id, reason, nil, now)
-  if meta then
-    local _, _, _, job_key = split_meta(meta)
-    free_job_key(job_key, job_id)
-  end
-  forget_job(job_id)
+-- Keep the message with its reason, and forget the job. Its key's marker stays, held by no job
+-- in the store: a replay of the letter takes it over and, finding it started, asks the task
+-- whether the side effect already happened.
+local function dead_letter(job_id, job, reason, now)
+  store_dead(job_id, reason, nil, now, job)
+  redis.call('HDEL', K_RECORDS, job_id)
 end
 
 -- The worker finished a job (``succeeded``, or failed, or handed over to a retry): release its
 -- lease and forget it. A success marks its business key done first, even when the lease was lost
--- (the side effect happened), and is recorded as ``succeeded`` (which says acked too). Returns
--- false when the lease was no longer this worker's (it expired and was reaped). The caller
--- counts the acked jobs in K_STATS (a claim, once for all it carries).
-local function ack_job(qk, job_id, token, account, job_key, succeeded)
-  local meta = redis.call('HGET', K_META, job_id)
-  if meta then  -- the store's own record wins over the worker's
-    job_key = select(4, split_meta(meta))
+-- (the side effect happened), and is recorded as ``succeeded`` (which says acked too); a
+-- failure leaves the key's marker as it is, kept for the retention like a done one (unless a
+-- retry of the job holds the key now). Returns false when the lease was no longer this
+-- worker's (it expired and was reaped). The caller counts the acked jobs in K_STATS (a claim,
+-- once for all it carries). ``job_key`` is the worker's copy: the record's wins.
+local function ack_job(qk, job_id, token, job_key, succeeded, retention)
+  local job = read_job(job_id)
+  if job then
+    job_key = job.job_key
   end
   local external_id = nil
   if succeeded and job_key ~= '-' then
-    external_id = mark_done(job_key, job_id)
+    external_id = mark_done(job_key, job_id, retention)
   end
   if succeeded then
     if external_id then
@@ -412,14 +444,20 @@ local function ack_job(qk, job_id, token, account, job_key, succeeded)
       emit('e', 'succeeded', 'job', job_id, 'at', now_text())
     end
   end
-  if not release_lease(job_id, token, account, qk) then
+  if not job or job.owner ~= token then
     return false
   end
-  -- a failure handed to its retry re-pointed the key to the retry's delivery: not done yet
-  if not succeeded and job_key ~= '-' and redis.call('HGET', K_JOBKEYS, job_key) == job_id then
-    redis.call('ZADD', K_DONE, now_text(), job_key)
+  release_lease(qk, job_id, job)
+  redis.call('HDEL', K_RECORDS, job_id)
+  if not succeeded and job_key ~= '-' then
+    local key = key_of(job_key)
+    -- finished: kept for the retention, unless a retry holds it now or the job is a dead
+    -- letter (its replay takes the key over, and asks the task first: see bury.lua)
+    if marker_holder(redis.call('GET', key) or '') == job_id and
+        redis.call('HEXISTS', K_DEAD, job_id) == 0 then
+      redis.call('PEXPIRE', key, retention_ms(retention))
+    end
   end
-  forget_job(job_id, meta)
   if not succeeded then
     emit('e', 'acked', 'job', job_id, 'at', now_text())
   end
@@ -433,7 +471,7 @@ local function extend_leases(token, lease, first)
   local lost = {}
   for n = first, #ARGV do
     local job_id = ARGV[n]
-    if redis.call('HGET', K_OWNERS, job_id) == token then
+    if leased_job(job_id, token) then
       redis.call('ZADD', K_LEASES, 'XX', deadline, job_id)
     else
       lost[#lost + 1] = job_id

@@ -11,9 +11,9 @@
 --       use only while the store holds none (it holds one once a worker ran: limits field "*"),
 --       [5] promotion batch, [6] most accounts skipped in one call, [7] most deliveries before
 --       a job is dead-lettered as poison, [8] index of the queue to start with (1-based),
---       [9] how many of the queues to claim from, [10] n acks, then n times: queue index,
---       job_id, account (encoded), business key as stored ("-": none), "1" if it succeeded
---       (see ack_job in _lib.lua).
+--       [9] how many of the queues to claim from, [10] done-key retention in seconds, [11] n
+--       acks, then n times: queue index, job_id, business key as stored ("-": none), "1" if it
+--       succeeded (see ack_job in _lib.lua).
 -- Returns a flat list: seconds until the next deferred account or delayed job is due (-1: none),
 -- the list of acked job ids whose lease was lost, then per job: queue index, job_id, envelope,
 -- deliveries, account, business key as stored, and its idempotency marker as it was before
@@ -22,12 +22,20 @@
 -- no token), and listed the same way with its queue index negated, for the worker to record as
 -- revoked.
 -- Cost: O(log n) per job or skipped account (rotation pops, hash fields, one lex range); no scans.
+-- A leased job of an account without a limit of its own, with a business key and the event
+-- stream on: 10 commands (ZPOPMIN, ZRANGEBYLEX, HGET and HSET of its record, ZREM, ZADD of its
+-- account's next turn, ZADD of its lease, HINCRBY running, SET of its marker, XADD); an ack
+-- riding along 4 to 6 (HGET and HDEL of its record, ZREM of its lease, HINCRBY running; after
+-- a success, SET of the key's done marker and XADD).
 local want, lease, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 -- the store's one default limit (set_default_limit.lua), not this worker's own setting
-local default_limit = redis.call('HGET', K_LIMITS, '*') or ARGV[4]
+local stored_default = redis.call('HGET', K_LIMITS, '*')
+local default_limit = stored_default or ARGV[4]
 local batch, max_skips, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local nq = tonumber(ARGV[9])
+local nq, retention = tonumber(ARGV[9]), tonumber(ARGV[10])
 local now = now_seconds()
+-- whether any account has a limit of its own (the default is field "*"): else none is asked
+local own_limits = redis.call('HLEN', K_LIMITS) > (stored_default and 1 or 0)
 held_wakes = {}  -- see join_rotation: this claim wakes the others at its end, if it leaves work
 
 -- each queue's keys (queue_keys), made once per call
@@ -38,10 +46,10 @@ local function queue_at(i)
 end
 
 local lost, acked = {}, 0
-for n = 0, tonumber(ARGV[10]) - 1 do
-  local a = 11 + n * 5
-  if ack_job(queue_at(tonumber(ARGV[a])), ARGV[a + 1], token, ARGV[a + 2], ARGV[a + 3],
-             ARGV[a + 4] == '1') then
+for n = 0, tonumber(ARGV[11]) - 1 do
+  local a = 12 + n * 4
+  if ack_job(queue_at(tonumber(ARGV[a])), ARGV[a + 1], token, ARGV[a + 2], ARGV[a + 3] == '1',
+             retention) then
     acked = acked + 1
   else
     lost[#lost + 1] = ARGV[a + 1]
@@ -57,15 +65,18 @@ local function first_due(key)
   return head and tonumber(head)
 end
 
+-- A due job joins its account's FIFO at the time it became due (its new seq, written to its
+-- record), so it waits behind the jobs that were ready before it, and its wait counts from then.
 local function promote_delayed(qk)
   for _, job_id in ipairs(redis.call('ZRANGEBYSCORE', qk.delayed, '-inf', now, 'LIMIT', 0, batch)) do
     local due = tonumber(redis.call('ZSCORE', qk.delayed, job_id))
     redis.call('ZREM', qk.delayed, job_id)
-    local meta = redis.call('HGET', K_META, job_id)
-    if meta then
-      local _, account, seq = split_meta(meta)
-      hincr_or_drop(qk.ndelayed, account, -1)
-      make_ready(qk, account, seq, job_id, due)
+    local job = read_job(job_id)
+    if job then
+      hincr_or_drop(qk.ndelayed, job.account, -1)
+      job.seq = ready_seq(string.sub(job.seq, 1, 1), math.floor(due * 1000000))
+      write_job(job_id, job)
+      make_ready(qk, job.account, job.seq, job_id)
       emit('e', 'promoted', 'job', job_id, 'at', now)
     end
   end
@@ -132,12 +143,12 @@ local function record_deferral(qk, account, reason, due)
              reason .. ' ' .. (due and string.format('%.6f', due) or '-'))
 end
 
-local function defer(qk, account, reason, wake, waiting)
+local function defer(qk, account, reason, wake)
   record_deferral(qk, account, reason, wake)
   redis.call('HSET', qk.state, account, 'p')
   redis.call('ZADD', qk.deferred, wake, account)
   qk.next_deferred = math.min(qk.next_deferred or wake, wake)
-  redis.call('HINCRBY', K_STATS, 'deferred', waiting)
+  redis.call('HINCRBY', K_STATS, 'deferred', 1)
   emit('e', 'account_deferred', 'q', qk.name, 'a', account, 'at', now, 'due', wake)
 end
 
@@ -155,64 +166,58 @@ local function next_tag(tag, weight)
 end
 
 -- The account's head job leaves ready; the account goes on in the rotation at ``tag`` if it has
--- more, else leaves it and remembers ``tag`` (finish: join_rotation). ``held``: this job took
+-- ``more``, else leaves it and remembers ``tag`` (finish: join_rotation). ``held``: this job took
 -- the account to its limit (its last token, its last slot under the cap): it leaves the
 -- rotation now, remembering ``tag`` too, and the caller defers it; left in, it would come up
 -- at its next turn only to be skipped, a wasted step of every claim per job of it.
-local function take_head(qk, account, head, waiting, tag, held)
-  local job_id = select(3, split_member(head))
-  redis.call('HDEL', qk.deferrals, account)  -- it runs: no longer deferred
+local function take_head(qk, account, head, more, tag, held)
   redis.call('ZREM', qk.ready, head)
-  redis.call('ZREM', qk.waiting, job_id)
-  if waiting > 1 then
-    redis.call('HSET', qk.nready, account, waiting - 1)
+  if more then
     if held then
       redis.call('ZADD', qk.finish, tag, account)
     else
       redis.call('ZADD', qk.tags, tag, rotation_member(account))
     end
   else
-    redis.call('HDEL', qk.nready, account)
     redis.call('HDEL', qk.state, account)
     redis.call('ZADD', qk.finish, tag, account)
   end
-  return job_id
 end
 
--- The head job's ``expires`` has passed: out of the store (its account keeps its tag: nothing
--- ran); returns its job_id and envelope.
-local function drop_expired(qk, account, head, waiting, job_key, expires, tag)
-  if not expires or expires > now then
-    return nil
+-- A job's business key, held by no job any more while only pending (its job left the store
+-- without running: cancelled, expired), is free again; a started marker stays (see enqueue).
+local function free_key(job_key, job_id)
+  if job_key and job_key ~= '-' then
+    local key = key_of(job_key)
+    local marker = redis.call('GET', key)
+    if marker and marker_state(marker) == 'pending' and marker_holder(marker) == job_id then
+      redis.call('DEL', key)
+    end
   end
-  local job_id = take_head(qk, account, head, waiting, tag)
-  local envelope = redis.call('HGET', K_JOBS, job_id) or ''
-  free_job_key(job_key, job_id)
-  forget_job(job_id)
-  redis.call('HINCRBY', K_STATS, 'expired', 1)
-  emit('e', 'expired', 'job', job_id, 'at', now)
-  return job_id, envelope
 end
 
 -- Try the account at the head of the rotation (its virtual tag ``tag``, just popped): returns
 -- job_id, envelope, deliveries, business key, marker or nil; or job_id, envelope, 'expired' for
 -- an expired job it dropped. Every nil leaves the account out of the rotation.
 local function claim_from(qk, account, tag)
-  local waiting = hget_number(qk.nready, account)
   local low, high = member_range(account)
-  local head = redis.call('ZRANGEBYLEX', qk.ready, low, high, 'LIMIT', 0, 1)[1]
-  if waiting <= 0 or not head then
-    redis.call('HDEL', qk.nready, account)
+  local heads = redis.call('ZRANGEBYLEX', qk.ready, low, high, 'LIMIT', 0, 2)
+  local head, more = heads[1], heads[2] ~= nil
+  if not head then
     redis.call('HDEL', qk.state, account)
     redis.call('HDEL', qk.deferrals, account)
     return nil
   end
-  local meta = redis.call('HGET', K_META, select(3, split_member(head)))
-  local _, _, _, job_key, expires = split_meta(meta or '')
-  local expired_id, expired_envelope = drop_expired(qk, account, head, waiting, job_key, expires,
-                                                    tag)
-  if expired_id then
-    return expired_id, expired_envelope, 'expired'
+  local job_id = select(3, split_member(head))
+  local job = read_job(job_id)
+  -- past Celery's expires: out of the store (its account keeps its tag: nothing ran)
+  if job and job.expires and job.expires <= now then
+    take_head(qk, account, head, more, tag)
+    free_key(job.job_key, job_id)
+    redis.call('HDEL', K_RECORDS, job_id)
+    redis.call('HINCRBY', K_STATS, 'expired', 1)
+    emit('e', 'expired', 'job', job_id, 'at', now)
+    return job_id, job.envelope, 'expired'
   end
   -- an operator's pause: out of the rotation, its jobs stay ready until resume.lua
   if operator_paused(qk, account) then
@@ -221,13 +226,13 @@ local function claim_from(qk, account, tag)
     return nil
   end
   local rate, burst, cap, windows, weight =
-    split_limit(redis.call('HGET', K_LIMITS, account) or default_limit)
+    split_limit(own_limits and redis.call('HGET', K_LIMITS, account) or default_limit)
   local wake = window_wake(windows)
   if wake then
-    defer(qk, account, 'window_closed', wake, waiting)
+    defer(qk, account, 'window_closed', wake)
     return nil
   end
-  local running = hget_number(qk.running, account)
+  local running = cap > 0 and hget_number(qk.running, account) or 0
   if cap > 0 and running >= cap then
     hold_at_cap(qk, account)
     return nil
@@ -235,41 +240,42 @@ local function claim_from(qk, account, tag)
   local next_token
   wake, next_token = take_token(account, rate, burst)
   if wake then
-    defer(qk, account, 'rate_limited', wake, waiting)
+    defer(qk, account, 'rate_limited', wake)
     return nil
   end
 
   local capped = cap > 0 and running + 1 >= cap
-  local held = waiting > 1 and (next_token or capped)
-  local job_id = take_head(qk, account, head, waiting, next_tag(tag, weight), held)
-  local deliveries = redis.call('HINCRBY', K_DELIVERIES, job_id, 1)
-  local envelope = redis.call('HGET', K_JOBS, job_id)
+  local held = more and (next_token or capped)
+  take_head(qk, account, head, more, next_tag(tag, weight), held)
   local poison = nil
-  if not envelope then
+  if not job then
     poison = 'the stored message is missing'
-  elseif deliveries > max_deliveries then
-    poison = 'handed to a worker ' .. (deliveries - 1) ..
-             ' times without being settled (poison message or crashing worker)'
+  else
+    job.deliveries = job.deliveries + 1
+    if job.deliveries > max_deliveries then
+      poison = 'handed to a worker ' .. (job.deliveries - 1) ..
+               ' times without being settled (poison message or crashing worker)'
+    end
   end
   if poison then
-    dead_letter(job_id, poison, now)
+    dead_letter(job_id, job, poison, now)
     if held then
       join_rotation(qk, account)  -- nothing runs: back at the tag it would have had
     end
     return nil
   end
   if held and next_token then
-    defer(qk, account, 'rate_limited', next_token, waiting - 1)
+    defer(qk, account, 'rate_limited', next_token)
   elseif held then
     hold_at_cap(qk, account)
   end
   redis.call('HINCRBY', qk.running, account, 1)
   redis.call('ZADD', K_LEASES, now + lease, job_id)
-  redis.call('HSET', K_OWNERS, job_id, token)
-  redis.call('HSET', qk.started, job_id, now_text())
+  job.owner, job.started, job.capped = token, now_text(), cap > 0 and 'c' or '-'
+  write_job(job_id, job)
   emit('e', 'running', 'job', job_id, 'at', now_text(), 'worker', token)
-  job_key = job_key or '-'
-  return job_id, envelope, deliveries, job_key, job_key ~= '-' and mark_started(job_key, job_id) or ''
+  local marker = job.job_key ~= '-' and mark_started(job.job_key, job_id) or ''
+  return job_id, job.envelope, job.deliveries, job.job_key, marker
 end
 
 local out, claimed, skips, live, empty = {-1, lost}, 0, 0, nq, {}
@@ -287,11 +293,6 @@ while claimed < want and live > 0 and skips <= max_skips do
   if not empty[i] then
     local qk = queues[i]
     local popped = redis.call('ZPOPMIN', qk.tags)
-    if not popped[1] and not qk.adopted then
-      qk.adopted = true  -- a store written before weights: its ring joins the rotation
-      adopt_ring(qk, max_skips + want)
-      popped = redis.call('ZPOPMIN', qk.tags)
-    end
     local account, tag = popped[1] and split_rotation_member(popped[1]), tonumber(popped[2])
     if not account then
       redis.call('DEL', qk.finish)  -- no account waits: virtual time starts again

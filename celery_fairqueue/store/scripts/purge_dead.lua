@@ -16,10 +16,11 @@ for i = 2, n + 1 do
     purged = purged + 1
   end
   redis.call('ZREM', K_DEADINDEX, job_id)
-  local marker = job_key ~= '-' and select(2, read_marker(job_key))
-  if marker then
-    if type(marker.job_id) == 'string' and task_of(marker.job_id) == task_of(job_id) then
-      redis.call('HDEL', K_MARKERS, job_key)
+  if job_key ~= '-' then
+    local key = key_of(job_key)
+    local holder = marker_holder(redis.call('GET', key) or '')
+    if type(holder) == 'string' and task_of(holder) == task_of(job_id) then
+      redis.call('DEL', key)
     end
   end
 end

@@ -16,13 +16,11 @@ end
 -- 2^53, where doubles stop holding every integer: 2^48 leaves room for 2^32 jobs a reap.
 local RENORMALISE_AT = 2 ^ 48
 
--- Accounts a store written before weights left in its ring join the rotation; the finish tags
--- at or below the floor say nothing any more (join_rotation takes the floor then), so they go;
--- and tags past RENORMALISE_AT are shifted back by the floor, order kept. That last one costs
+-- The finish tags at or below the floor say nothing any more (join_rotation takes the floor
+-- then), so they go; and tags past RENORMALISE_AT are shifted back by the floor, order kept. That last one costs
 -- O(accounts in the rotation), once in at least 2^28 jobs (2^48 / VIRTUAL_TURN) of a queue
 -- that never ran empty (an empty rotation starts again at 0 by itself).
 local function tend_rotation(qk)
-  adopt_ring(qk, batch)
   local floor = tonumber(redis.call('ZRANGE', qk.tags, 0, 0, 'WITHSCORES')[2] or '0')
   redis.call('ZREMRANGEBYSCORE', qk.finish, '-inf', floor)
   local top = tonumber(redis.call('ZRANGE', qk.tags, -1, -1, 'WITHSCORES')[2] or '0')
@@ -43,21 +41,17 @@ end
 
 local reaped = 0
 for _, job_id in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT', 0, batch)) do
-  local meta = redis.call('HGET', K_META, job_id)
-  if not meta then
-    drop_lease(job_id)
-  else
-    local queue, account, seq = split_meta(meta)
-    local i = index[queue]
-    if i then
-      local qk = queue_keys(i)
-      drop_lease(job_id)
-      redis.call('HDEL', qk.started, job_id)
-      release_running(qk, account)
-      make_ready(qk, account, seq, job_id)
-      emit('e', 'requeued', 'job', job_id, 'at', now, 'reason', 'lease expired')
-      reaped = reaped + 1
-    end
+  local job = read_job(job_id)
+  local i = job and index[job.queue]
+  if not job then
+    redis.call('ZREM', K_LEASES, job_id)
+  elseif i then
+    local qk = queue_keys(i)
+    release_lease(qk, job_id, job)
+    write_job(job_id, job)
+    make_ready(qk, job.account, job.seq, job_id)
+    emit('e', 'requeued', 'job', job_id, 'at', now, 'reason', 'lease expired')
+    reaped = reaped + 1
   end
 end
 if reaped > 0 then

@@ -4,16 +4,17 @@
 -- ARGV: [1] job_id.
 -- Returns 1 made ready, 0 not delayed (ready, running or not in the store).
 local job_id = ARGV[1]
-local meta = redis.call('HGET', K_META, job_id)
-if not meta then
+local job = read_job(job_id)
+if not job then
   return 0
 end
-local _, account, seq = split_meta(meta)
 local qk = queue_keys(1)
-if not take_delayed(qk, account, job_id) then
+if not take_delayed(qk, job.account, job_id) then
   return 0
 end
 local now = now_seconds()
-make_ready(qk, account, seq, job_id, now)
+job.seq = ready_seq(string.sub(job.seq, 1, 1))
+write_job(job_id, job)
+make_ready(qk, job.account, job.seq, job_id)
 emit('e', 'promoted', 'job', job_id, 'at', now)
 return 1
