@@ -24,13 +24,13 @@ from ..states import DeferReason, Reason, ready_and_deferred
 from .core import FairStore
 from .keys import decode_id, encode_id
 from .operator import OperatorPause, parse_pause, pause_field
-from .records import Deferral, ReadyMember, WorkerEntry, member_job_id, meta_account
+from .records import Deferral, JobRecord, ReadyMember, WorkerEntry
 
-#: Most of an account's ready jobs read to find its oldest (FIFO order: the oldest is among
-#: the first unless a priority or a late-due delayed job reorders them).
+#: Most of an account's ready jobs read to find its oldest (FIFO order within a priority: the
+#: oldest is among the first unless priorities reorder them).
 OLDEST_SCAN = 1000
-#: Oldest waiting entries checked against the stored jobs for a queue's oldest waiting age.
-HEAD_CHECK = 16
+#: Accounts whose head is read a round trip, for a queue's oldest waiting job.
+HEADS_CHUNK = 1000
 #: Most due delayed jobs (of all accounts) looked through for one account's, per queue; due
 #: jobs are made ready at every claim, so only a queue no worker claims holds many.
 DUE_SCAN = 2000
@@ -161,11 +161,12 @@ class ConsoleReader:
         pipe = client.pipeline(transaction=False)
         pipe.zrange(keys.workers, 0, -1, withscores=True)
         pipe.hgetall(keys.worker_info)
-        pipe.hgetall(keys.owners)  # job -> worker token: as many as the workers' slots
-        registered, infos, owners = pipe.execute()
+        pipe.zrange(keys.leases, 0, -1)  # as many as the workers' slots
+        registered, infos, leased = pipe.execute()
         running: dict[str, list[str]] = {}
-        for job_id, token in sorted(owners.items()):
-            running.setdefault(token, []).append(job_id)
+        for job_id, job in sorted(zip(leased, self._records(leased), strict=True)):
+            if job is not None and job.owner is not None:
+                running.setdefault(job.owner, []).append(job_id)
         found = []
         for worker_id, expires in registered:
             raw = infos.get(worker_id)
@@ -193,59 +194,64 @@ class ConsoleReader:
 
     # -- oldest waiting ------------------------------------------------------------------------
 
+    def _records(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
+        """The stored records of ``job_ids`` (None for a job no longer stored)."""
+        if not job_ids:
+            return []
+        raws = self.store.client.hmget(self.store.keys.records, list(job_ids))
+        return [JobRecord.parse(raw) if raw else None for raw in raws]
+
+    def _heads(self, queue: str) -> list[tuple[float, str]]:
+        """Each account with ready jobs in ``queue`` (those with a state), with since when its
+        next job waits (the seq of its FIFO's head), oldest first. One lex range per account,
+        HEADS_CHUNK a round trip: the console derives this when it asks, as no script keeps
+        a waiting index for it."""
+        client, qk = self.store.client, self.store.keys.queue(queue)
+        found: list[tuple[float, str]] = []
+        accounts = [name for name, _ in client.hscan_iter(qk.state, count=HEADS_CHUNK)]
+        for start in range(0, len(accounts), HEADS_CHUNK):
+            chunk = accounts[start:start + HEADS_CHUNK]
+            pipe = client.pipeline(transaction=False)
+            for encoded in chunk:
+                pipe.zrangebylex(qk.ready, f"[{encoded}|", f"({encoded}}}", 0, 1)
+            for encoded, head in zip(chunk, pipe.execute(), strict=True):
+                since = ReadyMember.parse(head[0]).ready_since if head else None
+                if since is not None:
+                    found.append((since, decode_id(encoded)))
+        return sorted(found)
+
+    def _due(self, queue: str, now: float, scan: int) -> list[tuple[str, float]]:
+        """The queue's due delayed jobs (made ready at the next claim), soonest first."""
+        return [(job_id, float(due)) for job_id, due in self.store.client.zrangebyscore(
+            self.store.keys.queue(queue).delayed, "-inf", now, start=0, num=scan,
+            withscores=True)]
+
     def queue_oldest_waiting(self, queues: list[str] | None = None) -> dict[str, float | None]:
-        """Per queue, since when its oldest waiting job waits (server time); None: none waits."""
-        names = self.queues(queues)
-        if not names:
-            return {}
-        client = self.store.client
+        """Per queue, since when its oldest waiting job waits (server time); None: none waits.
+        A ready job waits since its seq's time; a due delayed job since its due time."""
         now = self.server_time()
-        pipe = client.pipeline(transaction=False)
-        for queue in names:
-            qk = self.store.keys.queue(queue)
-            pipe.zrange(qk.waiting, 0, HEAD_CHECK - 1, withscores=True)
-            pipe.zrange(qk.delayed, 0, 0, withscores=True)
-        replies: list[Any] = pipe.execute()
-        heads, firsts_delayed = replies[0::2], replies[1::2]
-        pipe = client.pipeline(transaction=False)
-        for waiting in heads:
-            pipe.hmget(self.store.keys.meta, [job_id for job_id, _ in waiting] or ["-"])
-        stored = pipe.execute()
         oldest: dict[str, float | None] = {}
-        for n, queue in enumerate(names):
-            waiting, delayed = heads[n], firsts_delayed[n]
-            # an entry whose job is gone (a path that forgot it) must not age forever
-            live = [float(score) for (_, score), meta in zip(waiting, stored[n], strict=False)
-                    if meta]
-            times = live[:1] or [float(score) for _, score in waiting[-1:]]
-            times += [float(score) for _, score in delayed if float(score) <= now]
+        for queue in self.queues(queues):
+            times = [since for since, _ in self._heads(queue)[:1]]
+            times += [due for _, due in self._due(queue, now, 1)]
             oldest[queue] = min(times) if times else None
         return oldest
 
     def oldest_accounts(self, queue: str, top: int, scan: int = 1000
                         ) -> list[tuple[str, float]]:
         """The ``top`` accounts of ``queue`` whose oldest waiting job waits longest, with that
-        time, read from the oldest ``scan`` waiting jobs (bounded: an account whose oldest job
-        is not among them is not listed)."""
+        time: every account's next ready job, and the oldest ``scan`` due delayed jobs."""
         if top <= 0:
             return []
-        client = self.store.client
-        qk = self.store.keys.queue(queue)
-        now = self.server_time()
-        pipe = client.pipeline(transaction=False)
-        pipe.zrange(qk.waiting, 0, scan - 1, withscores=True)
-        pipe.zrange(qk.delayed, 0, scan - 1, withscores=True)
-        waiting, delayed = pipe.execute()
-        jobs = sorted([(float(s), j) for j, s in waiting] +
-                      [(float(s), j) for j, s in delayed if float(s) <= now])[:scan]
-        metas = client.hmget(self.store.keys.meta, [j for _, j in jobs]) if jobs else []
+        due = self._due(queue, self.server_time(), scan)
+        jobs = sorted((since, account) for since, account in self._heads(queue))
+        jobs += [(when, job.account) for (_, when), job in
+                 zip(due, self._records([job_id for job_id, _ in due]), strict=True) if job]
         found: dict[str, float] = {}
-        for (since, _), meta in zip(jobs, metas, strict=True):
-            account = meta_account(meta)
-            if account is not None:
-                found.setdefault(account, since)
-                if len(found) >= top:
-                    break
+        for since, account in sorted(jobs):
+            found.setdefault(account, since)
+            if len(found) >= top:
+                break
         return list(found.items())
 
     # -- one account ---------------------------------------------------------------------------
@@ -266,7 +272,7 @@ class ConsoleReader:
             pause_field(None, q), pause_field(account, q))] + [pause_field(account, None)])
         for queue in names:
             qk = keys.queue(queue)
-            pipe.hget(qk.nready, encoded)
+            pipe.zlexcount(qk.ready, *ReadyMember.range_of(account))
             pipe.hget(qk.running, encoded)
             pipe.hget(qk.state, encoded)
             pipe.zscore(qk.deferred, encoded)
@@ -303,15 +309,13 @@ class ConsoleReader:
                                                                           bool]:
         """The account's due delayed jobs in ``queue``: count, the earliest due, and whether
         all due jobs were looked through (DUE_SCAN)."""
-        client, keys = self.store.client, self.store.keys
-        due: list[tuple[str, float]] = client.zrangebyscore(  # type: ignore[assignment]
-            keys.queue(queue).delayed, "-inf", now, start=0, num=DUE_SCAN, withscores=True)
+        due = self._due(queue, now, DUE_SCAN)
         if not due:
             return 0, None, True
-        metas = client.hmget(keys.meta, [job_id for job_id, _ in due])
         wanted = normalize_id(account)
-        mine = [float(score) for (_, score), meta in zip(due, metas, strict=True)
-                if meta_account(meta) == wanted]
+        mine = [when for (_, when), job in
+                zip(due, self._records([job_id for job_id, _ in due]), strict=True)
+                if job is not None and job.account == wanted]
         return len(mine), (min(mine) if mine else None), len(due) < DUE_SCAN
 
     def _queue_state(self, *, queue: str, account: str, now: float, nready: int, running: int,
@@ -325,9 +329,8 @@ class ConsoleReader:
             delayed_due, due_since, complete = self._due_delayed(queue, account, now)
         oldest = due_since
         if heads:
-            ids = [member_job_id(head) for head in heads]
-            scores = self.store.client.zmscore(self.store.keys.queue(queue).waiting, ids)
-            known = [float(s) for s in scores if s is not None]
+            known = [since for since in (ReadyMember.parse(h).ready_since for h in heads)
+                     if since is not None]
             if known:
                 oldest = min(known) if oldest is None else min(oldest, *known)
             complete = complete and len(heads) >= nready  # all read: none beyond the bound
@@ -358,18 +361,18 @@ class ConsoleReader:
             qk = keys.queue(queue)
             pipe = client.pipeline(transaction=False)
             pipe.hget(qk.state, encoded)
-            pipe.hgetall(qk.started)  # as many as the queue runs: at most its workers' slots
+            pipe.zrange(keys.leases, 0, -1)  # as many as run: at most the workers' slots
             pipe.zrangebylex(qk.ready, *ReadyMember.range_of(account), 0, limit)
             pipe.zrange(qk.delayed, 0, DUE_SCAN - 1, withscores=True)
-            state, started, heads, delayed = pipe.execute()
+            state, leased, heads, delayed = pipe.execute()
             candidates: list[tuple[str, str, float | None, float | None]] = []
-            candidates += [(job_id, "running", float(at), None) for job_id, at in
-                           sorted(started.items(), key=lambda item: float(item[1]))]
-            ready_ids = [member_job_id(head) for head in heads]
-            since = client.zmscore(qk.waiting, ready_ids) if ready_ids else []
+            running = [(job.started, job_id) for job_id, job in
+                       zip(leased, self._records(leased), strict=True)
+                       if job is not None and job.queue == queue and job.started is not None]
+            candidates += [(job_id, "running", at, None) for at, job_id in sorted(running)]
             kind = "deferred" if state == "p" else "ready"
-            candidates += [(job_id, kind, _float(s), None)
-                           for job_id, s in zip(ready_ids, since, strict=True)]
+            members = [ReadyMember.parse(head) for head in heads]
+            candidates += [(m.job_id, kind, m.ready_since, None) for m in members]
             candidates += [(job_id, "delayed", None, float(due)) for job_id, due in delayed]
             found += self._jobs_of(queue, encoded, account, candidates, limit - len(found))
         return found
@@ -377,18 +380,17 @@ class ConsoleReader:
     def _jobs_of(self, queue: str, encoded: str, account: str,
                  candidates: list[tuple[str, str, float | None, float | None]],
                  limit: int) -> list[LiveJob]:
-        """The candidates that belong to the account (by their meta), with their task names."""
+        """The candidates that belong to the account (by their record), with their task names."""
         if not candidates or limit <= 0:
             return []
-        client, keys = self.store.client, self.store.keys
-        metas = client.hmget(keys.meta, [c[0] for c in candidates])
-        mine = [c for c, meta in zip(candidates, metas, strict=True)
-                if meta_account(meta) == decode_id(encoded)][:limit]
-        envelopes = client.hmget(keys.jobs, [c[0] for c in mine]) if mine else []
+        wanted = decode_id(encoded)
+        mine = [(c, job) for c, job in
+                zip(candidates, self._records([c[0] for c in candidates]), strict=True)
+                if job is not None and job.account == wanted][:limit]
         return [LiveJob(job_id=job_id, queue=queue, account=account,
-                        task=_task_name(str(envelope) if envelope else None), state=state,
-                        since=since, due=due)
-                for (job_id, state, since, due), envelope in zip(mine, envelopes, strict=True)]
+                        task=_task_name(job.envelope or None), state=state, since=since,
+                        due=due)
+                for (job_id, state, since, due), job in mine]
 
     def pauses(self) -> list[OperatorPause]:
         """Every operator pause, oldest first."""

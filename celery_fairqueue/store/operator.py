@@ -18,7 +18,7 @@ from ..limits import AccountLimit
 from ..protocol import delivery_id
 from .door import StoreDoor
 from .keys import DEFAULT_LIMIT_FIELD, decode_id, encode_id
-from .records import JobMeta, member_job_id
+from .records import JobRecord, member_job_id
 
 #: Retries of one task whose deliveries cancel and run_now look through.
 MAX_DELIVERY_LOOKUP = 4096
@@ -154,17 +154,17 @@ class Operator(StoreDoor):
         after one that did. A delivery id (``id:retries``, as the store, ``fairqueue jobs`` and
         the dead letters name jobs) that is stored is taken as it is."""
         if ":" in task_id:
-            meta = self.client.hget(self.keys.meta, task_id)
-            if meta:
-                yield task_id, JobMeta.parse(meta).queue
+            record = self.client.hget(self.keys.records, task_id)
+            if record:
+                yield task_id, JobRecord.parse(record).queue
                 return
         seen = False
         for start in range(0, MAX_DELIVERY_LOOKUP, 64):
             ids = [delivery_id(task_id, n) for n in range(start, start + 64)]
-            metas = self.client.hmget(self.keys.meta, ids)
-            found = [(job_id, meta) for job_id, meta in zip(ids, metas, strict=True) if meta]
-            for job_id, meta in found:
-                yield job_id, JobMeta.parse(meta).queue
+            records = self.client.hmget(self.keys.records, ids)
+            found = [(job_id, raw) for job_id, raw in zip(ids, records, strict=True) if raw]
+            for job_id, raw in found:
+                yield job_id, JobRecord.parse(raw).queue
             if seen and not found:
                 return
             seen = seen or bool(found)

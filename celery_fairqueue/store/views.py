@@ -19,7 +19,7 @@ from .console import ConsoleReader, WorkerInfo
 from .core import store_for
 from .keys import QueueKeys, decode_id, encode_id
 from .operator import OperatorPause, paused_accounts
-from .records import Deferral, meta_account
+from .records import Deferral, JobRecord
 
 #: Most hash fields one answer reads from a per-account hash.
 SCAN_LIMIT = 10_000
@@ -151,7 +151,7 @@ class StoreInspector:
             pipe = self.client.pipeline(transaction=False)
             pipe.zcard(qk.ready)
             pipe.zcard(qk.delayed)
-            pipe.hlen(qk.nready)
+            pipe.hlen(qk.state)  # the accounts with ready jobs: each has a state
             pipe.hlen(qk.deferrals)  # every deferral the claim recorded, capped ones too
             pipe.zrange(qk.deferred, 0, deferred_limit - 1, withscores=True)
             ready, delayed, accounts_ready, accounts_deferred, soonest = pipe.execute()
@@ -175,18 +175,19 @@ class StoreInspector:
                  limit: int = 50) -> AccountPage:
         """Ready, deferred, delayed and running counts, state and limit per account: one
         account, or up to ``limit`` of those with any job in the store, most ready first. The
-        accounts come from the queue's per-account count hashes (ready, running, delayed),
-        read with a bounded HSCAN: never a scan of the jobs."""
+        accounts come from the queue's per-account hashes (state, running, delayed),
+        read with a bounded HSCAN: never a scan of the jobs; ready jobs are counted off the
+        ready set (ZLEXCOUNT of the account's range)."""
         rows: list[AccountRow] = []
         total = 0
         complete = True
         for queue in self.queues(queues):
             qk = self.keys.queue(queue)
-            total += int(self.client.hlen(qk.nready))
+            total += int(self.client.hlen(qk.state))
             if account is not None:
                 encoded = [encode_id(account)]
             else:
-                encoded, scanned_all = self._scan_fields([qk.nready, qk.running, qk.ndelayed],
+                encoded, scanned_all = self._scan_fields([qk.state, qk.running, qk.ndelayed],
                                                          limit - len(rows))
                 complete = complete and scanned_all
             rows += [row for row in self._rows(queue, qk, encoded)
@@ -198,7 +199,7 @@ class StoreInspector:
     def _rows(self, queue: str, qk: QueueKeys, encoded: list[str]) -> list[AccountRow]:
         pipe = self.client.pipeline(transaction=False)
         for name in encoded:
-            pipe.hget(qk.nready, name)
+            pipe.zlexcount(qk.ready, f"[{name}|", f"({name}}}")  # ReadyMember.range_of
             pipe.hget(qk.running, name)
             pipe.hget(qk.state, name)
             pipe.zscore(qk.deferred, name)
@@ -249,12 +250,11 @@ class StoreInspector:
             ids = [job_id for job_id, _ in due]
             if not ids:
                 continue
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hmget(self.keys.meta, ids)
-            pipe.hmget(self.keys.jobs, ids)
-            metas, envelopes = pipe.execute()
-            for (job_id, when), meta, envelope in zip(due, metas, envelopes, strict=True):
+            records = self.client.hmget(self.keys.records, ids)
+            for (job_id, when), raw in zip(due, records, strict=True):
+                job = JobRecord.parse(raw) if raw else None
+                envelope = job.envelope if job else None
                 found.append(ScheduledJob(
                     queue, job_id, float(when),
-                    meta_account(meta), _task_name(envelope), envelope))
+                    job.account if job else None, _task_name(envelope), envelope))
         return sorted(found, key=lambda job: job.due)[:limit]

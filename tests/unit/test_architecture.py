@@ -117,8 +117,8 @@ def test_only_the_codec_splits_a_stored_string():
 
 
 def test_the_lua_side_reads_each_stored_format_in_one_helper():
-    """Only _lib.lua's helpers take apart a meta, a ready member or a bucket, and only
-    write_marker writes a marker."""
+    """Only _lib.lua's helpers take apart a record, a ready member or a bucket, and only
+    make_marker makes a marker."""
     scripts = PACKAGE / "store" / "scripts"
     for script in scripts.glob("*.lua"):
         text = script.read_text()
@@ -126,10 +126,11 @@ def test_the_lua_side_reads_each_stored_format_in_one_helper():
             assert "[^|]" not in text, script.name
             assert "'|'" not in text, script.name
             assert "K_BUCKETS, account" not in text.replace("HDEL', K_BUCKETS", ""), script.name
-            assert "HSET', K_MARKERS" not in text, script.name
-            assert "HSET', K_META" not in text or "make_meta(" in text, script.name
+            assert '{"state":' not in text, script.name
+            assert "K_RECORDS, job_id, " not in text or "make_record(" in text, script.name
     lib = (scripts / "_lib.lua").read_text()
-    assert lib.count("HSET', K_MARKERS") == 1
+    assert lib.count("""'{"state":"' .. """) == 1  # make_marker
+    assert lib.count("'\\n'") == 2  # split_record and make_record
     assert lib.count("[^|]") == 2  # split_member's one pattern
 
 

@@ -12,8 +12,8 @@ from celery_fairqueue.store.lua import load_script, lua_name
 def test_a_claim_of_one_queue_passes_its_queue_and_only_the_global_keys_it_touches():
     claim = load_script("claim")
     assert len(claim.global_keys) < len(GLOBAL_KEY_NAMES)
-    assert {"workers", "worker_info", "instance", "queues", "seq"}.isdisjoint(claim.global_keys)
-    assert {"leases", "owners", "markers", "limits", "buckets"} <= set(claim.global_keys)
+    assert {"workers", "worker_info", "instance", "queues"}.isdisjoint(claim.global_keys)
+    assert {"records", "leases", "limits", "buckets"} <= set(claim.global_keys)
     assert claim.events
 
 

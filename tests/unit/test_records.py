@@ -13,14 +13,15 @@ from celery_fairqueue.store.records import (
     Bucket,
     DeadRecord,
     Deferral,
-    JobMeta,
+    JobRecord,
     Marker,
     ReadyMember,
     WorkerEntry,
     build_dead_record,
     marker_external_id,
     member_job_id,
-    meta_account,
+    record_account,
+    seq_time,
 )
 
 #: Ids as hostile as a user's: any code point (lone surrogates too), separators, long.
@@ -36,17 +37,23 @@ job_ids = st.one_of(st.text(min_size=1, max_size=60), st.just("| \udc80" * 3_000
 
 @settings(max_examples=200, deadline=None)
 @given(hostile, hostile, st.integers(0, 10**15), st.one_of(st.none(), hostile),
-       st.one_of(st.none(), st.floats(0, 4e9)))
-def test_job_meta_round_trips_any_ids(queue, account, seq, job_key, expires):
-    meta = JobMeta(queue, account, f"0{seq:015d}", encode_job_key(job_key),
-                   None if expires is None else round(expires, 6))
-    back = JobMeta.parse(meta.build())
+       st.one_of(st.none(), st.floats(0, 4e9)), st.integers(0, 100), st.booleans(),
+       st.text(max_size=50))
+def test_job_record_round_trips_any_ids_and_message(queue, account, micros, job_key, expires,
+                                                    deliveries, leased, envelope):
+    record = JobRecord(queue, account, f"3{micros:016d}", encode_job_key(job_key),
+                       None if expires is None else round(expires, 6), deliveries,
+                       "token-1" if leased else None, 1.5 if leased else None, leased,
+                       envelope + "\n{}")
+    back = JobRecord.parse(record.build())
     assert back.queue == normalize_id(queue) and back.account == normalize_id(account)
     assert back.stored_key == encode_job_key(job_key)
-    assert back.seq == meta.seq
-    assert back.expires == pytest.approx(meta.expires) if expires is not None else \
+    assert back.seq == record.seq and back.ready_since == micros / 1e6
+    assert back.expires == pytest.approx(record.expires) if expires is not None else \
         back.expires is None
-    assert meta_account(meta.build()) == normalize_id(account)
+    assert (back.deliveries, back.owner, back.started, back.capped, back.envelope) == (
+        deliveries, record.owner, record.started, leased, record.envelope)
+    assert record_account(record.build()) == normalize_id(account)
 
 
 @settings(max_examples=200, deadline=None)
@@ -60,12 +67,16 @@ def test_ready_member_round_trips_and_a_job_id_may_hold_the_separator(account, j
     assert low[1:] <= member.build() < high[1:]
 
 
-def test_a_meta_without_expires_and_one_with_are_both_read():
-    assert JobMeta.parse("default acme 0000000000000001 -") == \
-        JobMeta("default", "acme", "0000000000000001", NO_JOB_KEY, None)
-    assert JobMeta.parse(b"default acme 0000000000000001 k 12.500000").expires == 12.5
-    with pytest.raises(ValueError):
-        JobMeta.parse("not a meta")
+def test_a_dead_letters_header_is_read_in_either_layout():
+    assert JobRecord.parse_header("default acme 0000000000000001 -") == \
+        JobRecord("default", "acme", "0000000000000001", NO_JOB_KEY, None)
+    assert JobRecord.parse_header("default acme 0000000000000001 k 12.500000").expires == 12.5
+    header = JobRecord("default", "acme", "01733000000000000", "k", deliveries=2).build()
+    assert JobRecord.parse_header(header.rstrip("\n")).deliveries == 2
+    for bad in ("not a meta", "no newline at all in a record"):
+        with pytest.raises(ValueError):
+            JobRecord.parse_header(bad) if bad == "not a meta" else JobRecord.parse(bad)
+    assert seq_time("0000000000000001") is None  # a counter of the layout before records
 
 
 @given(st.floats(0, 1e6), st.floats(0, 4e9))
@@ -105,7 +116,7 @@ def test_a_dead_record_reads_the_opaque_worker_record_and_the_old_flat_form():
     record = build_dead_record({"task": "t", "account": "a b|c", "error": None})
     assert json.loads(record) == {"task": "t", "account": "a b|c"}
     assert build_dead_record({"error": None}) == ""
-    meta = JobMeta("q q", "a|b", "0000000000000001", NO_JOB_KEY).build()
+    meta = JobRecord("q q", "a|b", "0000000000000001", NO_JOB_KEY).build().rstrip("\n")
     raw = json.dumps({"job_id": "j:0", "at": 3.0, "reason": "boom", "record": record,
                       "envelope": "{}", "meta": meta, "deliveries": 2})
     dead = DeadRecord.parse(raw)
