@@ -87,6 +87,13 @@ def plain_keyed_noop(account: str, n: int) -> None:
     _tick()
 
 
+@app.task(base=FairTask, account_arg="account", job_key=("account", "n"))
+def fair_keyed_message(account: str, n: int, message: dict[str, str]) -> None:
+    """``fair_keyed_noop`` with a realistic payload (bench._common.message), for the bytes of
+    a pending job."""
+    _tick()
+
+
 class SoakTask(FairTask):
     """Reconciles as the docs recommend: a crash after the side effect finds it recorded."""
 

@@ -3,12 +3,15 @@
 ``python -m bench.memory [--jobs 10000]`` starts two throwaway redis-servers (the fair store
 alone on one, broker and ledger on the other, so the store's ``used_memory`` counts the store
 only), enqueues ``--jobs`` real ``.delay()`` calls of a task with a business key and a
-realistic payload (an outreach e-mail step: subject, a 400-character body, a few fields), and
-reads the store's ``used_memory`` before and after. Real workers then run them all (what is left
-per job is its done marker and business key, kept for ``fairqueue_job_retention``; the store's
-Redis CPU time from enqueue to done is read too), and as many jobs of a task that raises
-``PermanentError`` become dead letters. No recorder runs, so
-there is no event stream (it is trimmed as the recorder writes, and small while it keeps up).
+realistic payload (an outreach e-mail step: subject, a body of 300 to 800 characters, a few
+fields; ``bench._common.message``), and reads the store's ``used_memory`` before and after.
+Real workers then run them all (what is left per job is its done marker and business key, kept
+for ``fairqueue_job_retention``; the store's Redis CPU time from enqueue to done is read too),
+and as many jobs of a task that raises ``PermanentError`` become dead letters. No recorder
+runs, so there is no event stream (it is trimmed as the recorder writes, and small while it
+keeps up). Last, the floor: the same messages, read back from the store, each in one hash under
+a job id's length and nothing else (``bench._common.floor_bytes``), beside the bytes per
+pending job.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import redis
 from celery import Celery
 
 import celery_fairqueue
+from bench._common import floor_bytes, message, stored_messages, used_memory
 from celery_fairqueue import FairTask, PermanentError
 from tests.harness import REDIS_URL_ENV, RedisServer, WorkerProcess, wait_until
 
@@ -54,17 +58,6 @@ def send_step_fails(account_id: str, lead_id: int, step: str, campaign_rev: int,
     raise PermanentError("lead deleted")
 
 
-def message(n: int) -> dict[str, Any]:
-    return {"to": f"lead{n}@example.com", "from": "sales@example.org",
-            "subject": f"Following up on our call, lead {n}",
-            "body": ("Hello, thank you for your time yesterday. " * 10)[:400],
-            "template": "follow-up-2", "locale": "en-GB"}
-
-
-def used(client: redis.Redis) -> int:
-    return int(client.info("memory")["used_memory"])
-
-
 def cpu(client: redis.Redis) -> float:
     """CPU seconds the store's redis-server has used (user and system, main thread included)."""
     info = client.info("cpu")
@@ -90,13 +83,13 @@ def main() -> None:
         store = store_server.client()
         workers = []
         try:
-            empty, cpu_before = used(store), cpu(store)
+            empty, cpu_before = used_memory(store), cpu(store)
             enqueue(bench.send_step, jobs, options.accounts, "intro")
-            pending = used(store)
-            sizes = [len(v) for v in store.hvals("{fairqueue}:jobs")]
-            print(f"pending: {(pending - empty) / jobs:.0f} B of Redis memory per job "
-                  f"({jobs} real .delay() jobs over {options.accounts} accounts; the stored "
-                  f"Celery message {sum(sizes) / len(sizes):.0f} B of it)")
+            pending = (used_memory(store) - empty) / jobs
+            messages = stored_messages(store)
+            print(f"pending: {pending:.0f} B of Redis memory per job ({jobs} real .delay() jobs "
+                  f"over {options.accounts} accounts; the stored Celery message "
+                  f"{sum(map(len, messages)) / len(messages):.0f} B of it)")
             for n in range(2):
                 workers.append(WorkerProcess(
                     "bench.memory", redis_url=broker.url, cwd=ROOT, concurrency=8,
@@ -105,7 +98,7 @@ def main() -> None:
             started = time.monotonic()
             assert wait_until(lambda: store.hlen("{fairqueue}:jobs") == 0, 600), "jobs left"
             ran = time.monotonic() - started
-            done, cpu_used = used(store), cpu(store) - cpu_before
+            done, cpu_used = used_memory(store), cpu(store) - cpu_before
             print(f"done: {(done - empty) / jobs:.0f} B per finished job (its done marker and "
                   f"business key, kept for fairqueue_job_retention; {jobs} jobs ran in "
                   f"{ran:.1f} s on 2 workers)")
@@ -114,9 +107,12 @@ def main() -> None:
             enqueue(bench.send_step_fails, jobs, options.accounts, "dead")
             assert wait_until(lambda: store.zcard("{fairqueue}:deadindex") >= jobs, 600)
             assert wait_until(lambda: store.hlen("{fairqueue}:jobs") == 0, 60)
-            dead = used(store)
+            dead = used_memory(store)
             print(f"dead letter: {(dead - done) / jobs:.0f} B per dead-lettered job (the "
                   "letter with its message, reason and error, and its business key)")
+            floor = floor_bytes(store, messages)
+            print(f"floor: {floor:.0f} B per message held alone in one hash under a "
+                  f"38-character id; a pending job is {pending - floor:.0f} B above it")
         finally:
             for worker in workers:
                 worker.stop()
