@@ -12,6 +12,7 @@ and console.py.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any, Self
@@ -21,6 +22,8 @@ from .client import AnyClient, make_client, operation
 from .deadline import RedisClock
 from .keys import Keys, QueueKeys, decode_id
 from .lua import load_script
+
+EVENTS_CHECK_SECONDS = 5.0  # how often a store asks whether a recorder listens
 
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "wake", "bury", "emit",
                 "take_dead", "restore_dead", "purge_dead", "give_back", "cancel", "pause",
@@ -56,6 +59,7 @@ class StoreDoor:
                          for name, source in sources.items()}
         self._trailing = {name: [keys.events] if source.events else []
                           for name, source in sources.items()}
+        self._emits = {name: source.events for name, source in sources.items()}
         self._recording = False
         # the queues this process's enqueues named in the store's known queues already
         self._named_queues: set[str] = set()
@@ -85,10 +89,26 @@ class StoreDoor:
         keys.extend(self._trailing[name])
         return keys
 
+    def _args_for(self, name: str, args: Sequence[Any]) -> list[Any]:
+        """The arguments of one call of script ``name``, wired; a script that emits events
+        gets last whether a recorder listens (see emit in _lib.lua)."""
+        wired = [wire(a) for a in args]
+        if self._emits[name]:
+            wired.append(b"1" if self.recording() else b"0")
+        return wired
+
+    def recording(self) -> bool:
+        """Whether a recorder listens (the event stream exists); asked at most every 5 s."""
+        now = time.monotonic()
+        if now - self._recording_checked > EVENTS_CHECK_SECONDS:
+            self._recording = bool(self.client.exists(self.keys.events))
+            self._recording_checked = now
+        return self._recording
+
     def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any]) -> Any:
         with operation(name):
             return self._scripts[name](keys=self._keys_for(name, queues),
-                                       args=[wire(a) for a in args])
+                                       args=self._args_for(name, args))
 
     def _run_many(self, name: str, calls: Iterable[tuple[Sequence[QueueKeys], Sequence[Any]]],
                   chunk: int) -> list[Any]:
@@ -99,7 +119,7 @@ class StoreDoor:
         batch: list[tuple[list[str], list[Any]]] = []
         with operation(name):
             for queues, args in calls:
-                batch.append((self._keys_for(name, queues), [wire(a) for a in args]))
+                batch.append((self._keys_for(name, queues), self._args_for(name, args)))
                 if len(batch) == chunk:
                     results.extend(self.client.run_scripts(script, batch))
                     batch = []

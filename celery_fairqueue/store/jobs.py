@@ -4,7 +4,6 @@ stream the recorder reads, and returning expired leases."""
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,13 +11,10 @@ from typing import Any
 from ..errors import BacklogFullError, DeadLetterNotFound, StoreUnavailableError
 from ..protocol import event_fields, task_id_of
 from .client import may_run_later, operation
-from .door import StoreDoor, wire
+from .door import StoreDoor
 from .keys import decode_id, encode_id, encode_job_key
 from .leases import Lease
 from .records import Marker, build_dead_record, marker_external_id
-
-EVENTS_CHECK_SECONDS = 5.0
-
 
 
 @dataclass(frozen=True)
@@ -117,7 +113,7 @@ class Jobs(StoreDoor):
         with operation("enqueue"):
             reply, acked = self.client.run_and_wait(
                 self._scripts["enqueue"], self._keys_for("enqueue", [self.keys.queue(queue)]),
-                [wire(a) for a in args], wanted)
+                self._args_for("enqueue", args), wanted)
         result = EnqueueResult.from_reply(reply)  # refused (a full backlog): nothing to lose
         # stored on the primary, not on enough replicas: the one error that does not mean
         # "not stored" (a failover may lose the job or keep it); said so in its message
@@ -180,14 +176,6 @@ class Jobs(StoreDoor):
         """Keep a failed job as a dead letter with ``reason``; ``record`` (task, account, args,
         error, ...) is kept as JSON, as it is, and read back by DeadLetter."""
         self._run("bury", [], [job_id, reason, build_dead_record(record)])
-
-    def recording(self) -> bool:
-        """Whether a recorder listens (the event stream exists); asked at most every 5 s."""
-        now = time.monotonic()
-        if now - self._recording_checked > EVENTS_CHECK_SECONDS:
-            self._recording = bool(self.client.exists(self.keys.events))
-            self._recording_checked = now
-        return self._recording
 
     def emit(self, type: str, **fields: Any) -> bool:
         """Record a task-side transition (see protocol.EventType) for the recorder; a no-op

@@ -31,7 +31,7 @@ def lua_name(key_name: str) -> str:
 class ScriptSource:
     source: str
     global_keys: tuple[str, ...]  # Keys attribute names, in the order of KEYS
-    events: bool  # the event stream is passed last
+    events: bool  # the event stream is passed last, and whether it is recorded is the last ARGV
 
 
 def _read(name: str) -> str:
@@ -70,6 +70,8 @@ def load_script(name: str) -> ScriptSource:
             f"KEYS[{position[key]}]" if key in position else "nil" for key in GLOBAL_KEY_NAMES),
         f"local NGLOBAL = {len(used)}",
         f"local K_EVENTS = {'KEYS[#KEYS]' if events else 'nil'}",
+        # the caller's word that a recorder listens (StoreDoor.recording), its last argument
+        "local RECORDING = " + ("'1' == table.remove(ARGV)" if events else "nil"),
         "",
     ])
     return ScriptSource(prologue + _read("_lib") + "\n" + body, used, events)

@@ -39,11 +39,20 @@ local function queue_count()
   return (#KEYS - NGLOBAL - (K_EVENTS and 1 or 0)) / NQKEYS
 end
 
--- Record a state transition for the recorder (events.py). NOMKSTREAM: only once a recorder has
--- created the stream, so with no recorder nothing piles up, and no command asks first.
+-- Record a state transition for the recorder (events.py), only once a recorder has created the
+-- stream: with no recorder nothing piles up. The caller says whether it saw the stream
+-- (RECORDING, from the prologue, asked every few seconds): then the event goes straight in
+-- (NOMKSTREAM: a stream deleted since is not made again); else the stream is asked for once
+-- per call, which is cheaper than an event of a dozen fields written for nothing.
 -- Fields alternate name, value.
+local recording = nil
 local function emit(...)
-  redis.call('XADD', K_EVENTS, 'NOMKSTREAM', 'MAXLEN', '~', EVENTS_MAXLEN, '*', ...)
+  if recording == nil then
+    recording = RECORDING or redis.call('EXISTS', K_EVENTS) == 1
+  end
+  if recording then
+    redis.call('XADD', K_EVENTS, 'NOMKSTREAM', 'MAXLEN', '~', EVENTS_MAXLEN, '*', ...)
+  end
 end
 
 local function queue_keys(i)
