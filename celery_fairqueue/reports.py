@@ -56,7 +56,7 @@ def status_report(app: Celery, status: StoreStatus) -> str:
         lines.append(render(
             ["QUEUE", "READY", "DELAYED", "RUNNING", ACCOUNTS_READY.upper(),
              ACCOUNTS_DEFERRED.upper(), ACCOUNTS_PAUSED.upper(), "OLDEST WAITING", "WORKERS"],
-            [[q.queue, q.ready, q.delayed, q.running if q.running_exact else f"{q.running}+",
+            [[q.queue, q.ready, q.delayed, q.running,
               q.accounts_ready, q.accounts_deferred, q.accounts_paused,
               ago(q.oldest_waiting, now) if q.oldest_waiting else "-", q.workers]
              for q in status.queues]))

@@ -273,7 +273,6 @@ class ConsoleReader:
         for queue in names:
             qk = keys.queue(queue)
             pipe.zlexcount(qk.ready, *ReadyMember.range_of(account))
-            pipe.hget(qk.running, encoded)
             pipe.hget(qk.state, encoded)
             pipe.zscore(qk.deferred, encoded)
             pipe.hget(qk.deferrals, encoded)
@@ -281,6 +280,7 @@ class ConsoleReader:
             pipe.zrangebylex(qk.ready, *ReadyMember.range_of(account), 0, OLDEST_SCAN)
             pipe.zrange(qk.delayed, 0, 0, withscores=True)
         own_limit, stored_default, pauses, *replies = pipe.execute()
+        running_of = store.running()
         own = AccountLimit.from_json(own_limit) if own_limit else None
         # the store's default (what the claim applies); this process's setting until one is set
         default = (AccountLimit.from_json(stored_default) if stored_default
@@ -289,8 +289,9 @@ class ConsoleReader:
         consumers = self.consumers(workers)
         states = []
         for n, queue in enumerate(names):
-            nready, running, state, limit_wake, deferral, ndelayed, heads, first_delayed = \
-                replies[8 * n: 8 * n + 8]
+            nready, state, limit_wake, deferral, ndelayed, heads, first_delayed = \
+                replies[7 * n: 7 * n + 7]
+            running = running_of.get((queue, normalize_id(account)), 0)
             fields = [pause_field(None, queue), pause_field(account, queue),
                       pause_field(account, None)]
             raws = [pauses[2 * n], pauses[2 * n + 1], pauses[-1]]

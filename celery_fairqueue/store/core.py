@@ -8,6 +8,10 @@ from ..settings import settings_for
 from .fleet import Fleet
 from .jobs import Jobs
 from .operator import Operator, paused_accounts
+from .records import JobRecord
+
+#: Records read a round trip when counting the leased jobs.
+RECORDS_CHUNK = 500
 
 
 class FairStore(Jobs, Fleet, Operator):
@@ -23,12 +27,25 @@ class FairStore(Jobs, Fleet, Operator):
         pipe = self.client.pipeline(transaction=False)
         pipe.zcard(qk.ready)
         pipe.zcard(qk.delayed)
-        pipe.hvals(qk.running)
         pipe.hlen(qk.deferrals)
-        ready, delayed, running, deferred = pipe.execute()
-        return {"ready": ready, "delayed": delayed, "running": sum(int(n) for n in running),
+        ready, delayed, deferred = pipe.execute()
+        running = sum(n for (name, _), n in self.running().items() if name == queue)
+        return {"ready": ready, "delayed": delayed, "running": running,
                 "deferred_accounts": deferred,
                 "paused_accounts": paused_accounts(self.pauses(), queue)}
+
+    def running(self) -> dict[tuple[str, str], int]:
+        """Leased jobs per (queue, account), counted off the lease set and the jobs' records:
+        as many as the workers' slots. No script keeps this count, but for the accounts with a
+        concurrency cap (QueueKeys.running, for the cap)."""
+        leased = self.client.zrange(self.keys.leases, 0, -1)
+        counts: dict[tuple[str, str], int] = {}
+        for start in range(0, len(leased), RECORDS_CHUNK):
+            for raw in self.client.hmget(self.keys.records, leased[start:start + RECORDS_CHUNK]):
+                job = JobRecord.parse(raw) if raw else None
+                if job is not None and job.leased:
+                    counts[job.queue, job.account] = counts.get((job.queue, job.account), 0) + 1
+        return counts
 
     def stats(self) -> dict[str, int]:
         return {str(k): int(v) for k, v in self.client.hgetall(self.keys.stats).items()}

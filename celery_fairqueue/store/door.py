@@ -20,7 +20,7 @@ from typing import Any, Self
 from ..settings import FairqueueSettings
 from .client import AnyClient, make_client, operation
 from .deadline import RedisClock
-from .keys import Keys, QueueKeys, decode_id
+from .keys import Keys, QueueKeys, decode_id, encode_id
 from .lua import load_script
 
 EVENTS_CHECK_SECONDS = 5.0  # how often a store asks whether a recorder listens
@@ -61,8 +61,6 @@ class StoreDoor:
                           for name, source in sources.items()}
         self._emits = {name: source.events for name, source in sources.items()}
         self._recording = False
-        # the queues this process's enqueues named in the store's known queues already
-        self._named_queues: set[str] = set()
         self._recording_checked = float("-inf")
         self.redis_clock = RedisClock(self.server_time)  # the producer's deadlines
 
@@ -146,11 +144,12 @@ class StoreDoor:
     def clear(self) -> int:
         """Delete every key of this store (those under its prefix), for test suites and for
         decommissioning a store; returns how many were deleted."""
-        self._named_queues.clear()
         pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self.keys.tag) + ":*"
         keys = list(self.client.scan_at(self.keys.records, match=pattern, count=1000))
         return sum(int(self.client.delete(*keys[n:n + 500])) for n in range(0, len(keys), 500))
 
-    def _wake(self, encoded_account: str) -> None:
+    def _wake(self, encoded_account: str, packed: str, config: str) -> None:
+        """Store (``packed`` "": drop) an account's own limit and apply it now (wake.lua)."""
         queues = self.known_queues()
-        self._run("wake", [self.keys.queue(q) for q in queues], [encoded_account])
+        self._run("wake", [self.keys.queue(q) for q in queues],
+                  [encoded_account, packed, config, *(encode_id(q) for q in queues)])

@@ -69,8 +69,7 @@ class Jobs(StoreDoor):
                 self.settings.job_retention, task, shown_args, replays,
                 self.settings.max_pending_per_account, self.settings.max_pending,
                 min(max(int(priority or 0), 0), 9),
-                "" if expires is None else f"{expires:.6f}",
-                "0" if queue in self._named_queues else "1"]
+                "" if expires is None else f"{expires:.6f}"]
 
     def enqueue(self, *, queue: str, account: str, job_id: str, envelope: str,
                 due: float | None = None, job_key: str | None = None,
@@ -92,9 +91,7 @@ class Jobs(StoreDoor):
             deadline = self.redis_clock.deadline(self.settings.enqueue_timeout / 2)
         args.append(f"{deadline:.6f}")
         try:
-            result = self._store(queue, args)
-            self._named_queues.add(queue)
-            return result
+            return self._store(queue, args)
         except StoreUnavailableError as exc:
             failure = exc
         if may_run_later(failure):

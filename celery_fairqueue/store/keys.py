@@ -29,7 +29,7 @@ def encode_job_key(job_key: str | None) -> str:
 #: The store's global keys (Keys attributes), in the order a script receives those it touches.
 GLOBAL_KEY_NAMES = ("records", "leases", "limits", "buckets", "queues", "stats", "dead",
                     "dead_index", "pauses", "workers", "worker_info", "instance",
-                    "default_limit")
+                    "default_limit", "limit_config")
 #: The field of Keys.limits that holds the store's default limit, packed: an encoded account
 #: id never is "*" (encode_id escapes it).
 DEFAULT_LIMIT_FIELD = "*"

@@ -101,28 +101,19 @@ class Operator(StoreDoor):
         """Make ``limit`` the store's default, which every worker's claim applies from its next
         call; ``only_if_unset`` (a worker starting): only when the store has none. Returns the
         default the store holds now."""
-        raw = self._run("set_default_limit", [], [limit.to_json(), limit.pack(self.server_time()),
-                                                  "1" if only_if_unset else "0"])
+        queues = self.known_queues()
+        raw = self._run("set_default_limit", [self.keys.queue(q) for q in queues], [
+            limit.to_json(), limit.pack(self.server_time()), "1" if only_if_unset else "0",
+            *(encode_id(q) for q in queues)])
         return AccountLimit.from_json(raw)
 
     def set_limit(self, account: str, limit: AccountLimit) -> None:
         """Store an account's limit; it applies from the next claim, deferred or not."""
-        encoded = encode_id(account)
-        now = self.server_time()
-        pipe = self.client.pipeline()
-        pipe.hset(self.keys.limits, encoded, limit.pack(now))
-        pipe.hset(self.keys.limit_config, encoded, limit.to_json())
-        pipe.execute()
-        self._wake(encoded)
+        self._wake(encode_id(account), limit.pack(self.server_time()), limit.to_json())
 
     def clear_limit(self, account: str) -> None:
         """Drop an account's own limit; the default limit applies again."""
-        encoded = encode_id(account)
-        pipe = self.client.pipeline()
-        pipe.hdel(self.keys.limits, encoded)
-        pipe.hdel(self.keys.limit_config, encoded)
-        pipe.execute()
-        self._wake(encoded)
+        self._wake(encode_id(account), "", "")
 
     def limits(self) -> Iterator[tuple[str, AccountLimit]]:
         """Every account's own limit, as set (``set_account_limit`` or the admin)."""

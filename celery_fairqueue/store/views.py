@@ -21,10 +21,6 @@ from .keys import QueueKeys, decode_id, encode_id
 from .operator import OperatorPause, paused_accounts
 from .records import Deferral, JobRecord
 
-#: Most hash fields one answer reads from a per-account hash.
-SCAN_LIMIT = 10_000
-
-
 
 def state_of(code: str | None) -> tuple[AccountState, DeferReason | None]:
     """An account's state from its code in a queue's state hash (states.STATE_CODES)."""
@@ -38,7 +34,6 @@ class QueueStatus:
     ready: int
     delayed: int
     running: int
-    running_exact: bool  # False when more accounts run jobs than SCAN_LIMIT
     accounts_ready: int
     accounts_deferred: int  # deferred by their limit (rate, window, concurrency cap)
     oldest_waiting: float | None = None  # since when its oldest waiting job waits
@@ -144,6 +139,7 @@ class StoreInspector:
         pauses = self.store.pauses()
         names = self.queues(queues)
         oldest = self.console.queue_oldest_waiting(names)
+        running_of = self.store.running()
         workers = self.console.workers()
         consumers = self.console.consumers(workers)
         for queue in names:
@@ -155,8 +151,8 @@ class StoreInspector:
             pipe.hlen(qk.deferrals)  # every deferral the claim recorded, capped ones too
             pipe.zrange(qk.deferred, 0, deferred_limit - 1, withscores=True)
             ready, delayed, accounts_ready, accounts_deferred, soonest = pipe.execute()
-            running, exact = self._sum_fields(qk.running)
-            rows.append(QueueStatus(queue, ready, delayed, running, exact, accounts_ready,
+            running = sum(n for (name, _), n in running_of.items() if name == queue)
+            rows.append(QueueStatus(queue, ready, delayed, running, accounts_ready,
                                     accounts_deferred, oldest[queue], consumers.get(queue, 0),
                                     paused_accounts(pauses, queue)))
             reasons = self.client.hmget(qk.deferrals, [a for a, _ in soonest]) if soonest \
@@ -181,26 +177,29 @@ class StoreInspector:
         rows: list[AccountRow] = []
         total = 0
         complete = True
+        running = self.store.running()
         for queue in self.queues(queues):
             qk = self.keys.queue(queue)
             total += int(self.client.hlen(qk.state))
             if account is not None:
                 encoded = [encode_id(account)]
             else:
-                encoded, scanned_all = self._scan_fields([qk.state, qk.running, qk.ndelayed],
+                encoded, scanned_all = self._scan_fields([qk.state, qk.ndelayed],
                                                          limit - len(rows))
                 complete = complete and scanned_all
-            rows += [row for row in self._rows(queue, qk, encoded)
+                encoded += [encode_id(a) for (q, a), _ in running.items()
+                            if q == queue and encode_id(a) not in encoded][:limit - len(rows)]
+            rows += [row for row in self._rows(queue, qk, encoded, running)
                      if account is not None or row.has_jobs]
         rows.sort(key=lambda r: (-r.ready, -r.deferred, -r.running, -r.delayed, r.account,
                                  r.queue))
         return AccountPage(rows, total, complete)
 
-    def _rows(self, queue: str, qk: QueueKeys, encoded: list[str]) -> list[AccountRow]:
+    def _rows(self, queue: str, qk: QueueKeys, encoded: list[str],
+              running_of: dict[tuple[str, str], int]) -> list[AccountRow]:
         pipe = self.client.pipeline(transaction=False)
         for name in encoded:
             pipe.zlexcount(qk.ready, f"[{name}|", f"({name}}}")  # ReadyMember.range_of
-            pipe.hget(qk.running, name)
             pipe.hget(qk.state, name)
             pipe.zscore(qk.deferred, name)
             pipe.hget(self.keys.limit_config, name)
@@ -209,7 +208,8 @@ class StoreInspector:
         answers = pipe.execute()
         rows = []
         for n, name in enumerate(encoded):
-            nready, running, code, until, limit, deferral, delayed = answers[7 * n:7 * n + 7]
+            nready, code, until, limit, deferral, delayed = answers[6 * n:6 * n + 6]
+            running = running_of.get((queue, decode_id(name)), 0)
             state, reason = state_of(code)
             ready, deferred = ready_and_deferred(int(nready or 0), code)
             rows.append(AccountRow(
@@ -230,15 +230,6 @@ class StoreInspector:
                     return list(found), False
                 found[name] = None
         return list(found), True
-
-    def _sum_fields(self, key: str) -> tuple[int, bool]:
-        """The sum of a hash's values, read through HSCAN; and whether all were read."""
-        total = 0
-        for n, (_name, value) in enumerate(self.client.hscan_iter(key, count=1000)):
-            if n >= SCAN_LIMIT:
-                return total, False
-            total += int(value)
-        return total, True
 
     def scheduled(self, queues: list[str] | None = None, limit: int = 50) -> list[ScheduledJob]:
         """Jobs waiting for their time (eta, countdown, a retry's backoff), soonest first: what

@@ -326,12 +326,46 @@ local function make_ready(qk, account, seq, job_id, alone)
   end
 end
 
--- A leased job of the account stopped running; an account waiting on its cap may go again
--- (``capped``: it had a cap when the job was leased; only then can it be waiting on it).
+-- A leased job of the account stopped running. Only the jobs of an account with a concurrency
+-- cap are counted in qk.running (``capped``: it had one when the job was leased), for its cap;
+-- the console counts the others off the lease set. An account waiting on its cap may go again.
 local function release_running(qk, account, capped)
-  hincr_or_drop(qk.running, account, -1)
-  if capped and redis.call('HGET', qk.state, account) == 'c' then
-    rotate_in_or_forget(qk, account)
+  if capped then
+    hincr_or_drop(qk.running, account, -1)
+    if redis.call('HGET', qk.state, account) == 'c' then
+      rotate_in_or_forget(qk, account)
+    end
+  end
+end
+
+-- A limit changed (``account``'s, or the default: nil): count the leased jobs of the accounts
+-- concerned again, every one of them counted and flagged, so that a cap set now counts what
+-- runs already, exactly, and each job's release takes its count back. O(leased jobs): as many
+-- as the workers' slots. ``index``: queue name -> its position in KEYS.
+local function recount_running(account, index)
+  local counts = {}
+  for _, job_id in ipairs(redis.call('ZRANGE', K_LEASES, 0, -1)) do
+    local job = read_job(job_id)
+    local i = job and job.owner ~= '-' and index[job.queue]
+    if i and (account == nil or job.account == account) then
+      if job.capped ~= 'c' then
+        job.capped = 'c'
+        write_job(job_id, job)
+      end
+      counts[i] = counts[i] or {}
+      counts[i][job.account] = (counts[i][job.account] or 0) + 1
+    end
+  end
+  for i = 1, queue_count() do
+    local qk = queue_keys(i)
+    if account ~= nil then
+      redis.call('HDEL', qk.running, account)
+    else
+      redis.call('DEL', qk.running)
+    end
+    for name, count in pairs(counts[i] or {}) do
+      redis.call('HSET', qk.running, name, count)
+    end
   end
 end
 

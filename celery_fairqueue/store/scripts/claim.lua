@@ -23,10 +23,10 @@
 -- revoked.
 -- Cost: O(log n) per job or skipped account (rotation pops, hash fields, one lex range); no scans.
 -- A leased job of an account without a limit of its own, with a business key and the event
--- stream on: 10 commands (ZPOPMIN, ZRANGEBYLEX, HGET and HSET of its record, ZREM, ZADD of its
--- account's next turn, ZADD of its lease, HINCRBY running, SET of its marker, XADD); an ack
--- riding along 4 to 6 (HGET and HDEL of its record, ZREM of its lease, HINCRBY running; after
--- a success, SET of the key's done marker and XADD).
+-- stream on: 9 commands (ZPOPMIN, ZRANGEBYLEX, HGET and HSET of its record, ZREM, ZADD of its
+-- account's next turn, ZADD of its lease, SET of its marker, XADD); an ack riding along 3 to 5
+-- (HGET and HDEL of its record, ZREM of its lease; after a success, SET of the key's done
+-- marker and XADD). An account with a concurrency cap adds its running count to both.
 local want, lease, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 -- the store's one default limit (set_default_limit.lua), not this worker's own setting
 local stored_default = redis.call('HGET', K_LIMITS, '*')
@@ -269,7 +269,9 @@ local function claim_from(qk, account, tag)
   elseif held then
     hold_at_cap(qk, account)
   end
-  redis.call('HINCRBY', qk.running, account, 1)
+  if cap > 0 then
+    redis.call('HINCRBY', qk.running, account, 1)  -- for its cap (see release_running)
+  end
   redis.call('ZADD', K_LEASES, now + lease, job_id)
   job.owner, job.started, job.capped = token, now_text(), cap > 0 and 'c' or '-'
   write_job(job_id, job)

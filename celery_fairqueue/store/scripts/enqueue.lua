@@ -11,8 +11,7 @@
 --       priority, one digit, 0 first (Celery's priority as the Redis transport reads it): the
 --       first digit of its place in the account's FIFO, so it orders jobs within the account,
 --       [15] when the job expires (epoch seconds, Celery's ``expires``) or "": the claim drops
---       it then, without a slot or a token, [16] "1" when this producer has not named the
---       queue yet (it joins the store's known queues), [17] the producer's deadline (epoch
+--       it then, without a slot or a token, [16] the producer's deadline (epoch
 --       seconds on Redis's clock; "" or absent: none): a call that runs later stores nothing
 --       (it still says whether the delivery is stored: the producer's check), since its
 --       producer has raised or will (store/deadline.py).
@@ -27,7 +26,7 @@ local due, job_key, dedupe, retention = tonumber(ARGV[5]), ARGV[6], ARGV[7], ton
 local replays, max_ready, max_jobs = ARGV[11], tonumber(ARGV[12]), tonumber(ARGV[13])
 local qk = queue_keys(1)
 local now = now_seconds()
-local deadline = tonumber(ARGV[17] or '')
+local deadline = tonumber(ARGV[16] or '')
 local seq = ready_seq(ARGV[14])
 local job = {queue = queue, account = account, seq = seq, job_key = job_key,
              expires_text = ARGV[15] ~= '' and ARGV[15] or '-', deliveries = 0, owner = '-',
@@ -102,7 +101,9 @@ if dedupe == '1' then
   end
 end
 take_letter()
-if ARGV[16] == '1' then
+-- the store's known queues: named by a job that may be the first of its queue (one of an account
+-- without ready jobs, or a delayed one), not by every job of a backlog
+if before == 0 or due > now then
   redis.call('SADD', K_QUEUES, queue)
 end
 emit('e', 'enqueued', 'job', job_id, 'q', queue, 'a', account, 'k', job_key, 't', ARGV[9],

@@ -1,10 +1,12 @@
 -- set_default_limit: the store's one default limit, for accounts without their own. The first
 -- worker sets it from its settings (ARGV[3] "1": only while the store has none, SET NX); an
 -- operator changes it (`fairqueue limits --default`, celery_fairqueue.set_default_limit). The
--- claim reads the packed form (limits field "*") instead of a worker's own setting.
--- KEYS: global keys only.
+-- claim reads the packed form (limits field "*") instead of a worker's own setting. A change
+-- counts what every account runs again (recount_running), so a default cap counts it now.
+-- KEYS: global keys, then the keys of every known fair queue.
 -- ARGV: [1] the limit as configured (JSON), [2] packed (limits.AccountLimit.pack),
---       [3] "1" to set it only when the store has none.
+--       [3] "1" to set it only when the store has none, [4..] encoded names of the queues, in
+--       the order of their keys.
 -- Returns the default as the store holds it after the call (JSON).
 local existing = redis.call('GET', K_DEFAULTLIMIT)
 if existing and ARGV[3] == '1' then
@@ -12,4 +14,9 @@ if existing and ARGV[3] == '1' then
 end
 redis.call('SET', K_DEFAULTLIMIT, ARGV[1])
 redis.call('HSET', K_LIMITS, '*', ARGV[2])
+local index = {}
+for i = 1, queue_count() do
+  index[ARGV[i + 3]] = i
+end
+recount_running(nil, index)
 return ARGV[1]
