@@ -19,8 +19,9 @@
 -- one), 3 the dead letter to replay is gone (replayed or purged already), 4 the account has
 -- [12] ready jobs, 5 the store holds [13] jobs, 6 past the producer's deadline; nothing is
 -- stored for 3, 4, 5 and 6.
--- Cost, a new job with a business key into an account with ready jobs: 6 commands (TIME,
--- HSETNX, SET, ZLEXCOUNT, ZADD, XADD).
+-- Cost, a new job with a business key into an account with ready jobs: 7 commands (TIME,
+-- HSETNX, SET, ZLEXCOUNT, HINCRBY of the enqueued counter, ZADD, and XADD or, when the caller
+-- has not seen the recorder's stream, EXISTS).
 local job_id, account, queue, envelope = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local due, job_key, dedupe, retention = tonumber(ARGV[5]), ARGV[6], ARGV[7], tonumber(ARGV[8])
 local replays, max_ready, max_jobs = ARGV[11], tonumber(ARGV[12]), tonumber(ARGV[13])
@@ -101,6 +102,7 @@ if dedupe == '1' then
   end
 end
 take_letter()
+redis.call('HINCRBY', K_STATS, 'enqueued', 1)
 -- the store's known queues: named by a job that may be the first of its queue (one of an account
 -- without ready jobs, or a delayed one), not by every job of a backlog
 if before == 0 or due > now then
