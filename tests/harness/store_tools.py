@@ -25,6 +25,7 @@ def claim_jobs(store: FairStore, queues: Sequence[str], want: int, token: str,
 def ack_many(store: FairStore, leases: Iterable[Lease], chunk: int = 1000) -> list[bool]:
     """Ack each lease, ``chunk`` a round trip, for tests that claim and settle in bulk
     without a worker (the scale test)."""
-    calls = (([store.keys.queue(lease.queue)], [lease.token, *lease.ack_args(1)])
+    retention = store.settings.job_retention
+    calls = (([store.keys.queue(lease.queue)], [lease.token, retention, *lease.ack_args(1)])
              for lease in leases)
     return [bool(done) for done in store._run_many("ack", calls, chunk)]

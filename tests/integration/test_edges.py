@@ -25,6 +25,7 @@ from celery_fairqueue.envelope import Envelope
 from celery_fairqueue.protocol import MAX_ID_LENGTH, EventType
 from celery_fairqueue.reports import replay_each
 from celery_fairqueue.store import EventReader, store_for
+from celery_fairqueue.store.records import JobRecord
 from celery_fairqueue.testing import run_fair_jobs
 from tests.harness import free_port
 
@@ -73,7 +74,9 @@ def test_a_stored_message_that_is_not_utf8_harms_only_itself(fair, fair_store, l
     envelope = Envelope(body="[[], {}, {}]", headers={"task": "tests.apps.fair.job", "id": "x"})
     fair_store.enqueue(queue="celery", account="acme", job_id="x:0",
                        envelope=envelope.to_json())
-    fair_store.client.hset(fair_store.keys.jobs, "x:0", b"\xff\xfe not utf-8 \x80")
+    header = fair_store.client.hget(fair_store.keys.records, "x:0").split("\n")[0]
+    fair_store.client.hset(fair_store.keys.records, "x:0",
+                           header.encode() + b"\n\xff\xfe not utf-8 \x80")
     ran = run_fair_jobs(fair.app)
     assert sorted(job.state for job in ran) == ["REJECTED"] + ["SUCCESS"] * 5
     assert ledger.counts() == {f"acme:{n}": 1 for n in range(5)}
@@ -168,11 +171,11 @@ def test_an_account_past_its_backlog_bound_is_refused_and_retries_are_not(redis_
 def test_purging_an_old_dead_letter_keeps_the_marker_of_a_newer_job_with_its_key(rel,
                                                                                   fair_store):
     dlq = DeadLetters(rel.app)
-    fair_store.bury("old:2", "gave up", "key-1", record={"task": "t", "job_key": "key-1"})
+    fair_store.bury("old:2", "gave up", record={"task": "t", "job_key": "key-1"})
     fair_store.mark_started("key-1", "new:0")  # a replay of the key is running right now
     assert dlq.purge(["old:2"]) == 1
     assert fair_store.marker("key-1").job_id == "new:0"
-    fair_store.bury("new:0", "gave up", "key-1", record={"task": "t", "job_key": "key-1"})
+    fair_store.bury("new:0", "gave up", record={"task": "t", "job_key": "key-1"})
     assert dlq.purge(["new:0"]) == 1  # its own marker goes with it
     assert fair_store.marker("key-1") is None
 
@@ -263,8 +266,8 @@ def test_memory_per_real_job_is_measured(fair, fair_store, redis_client, figure)
     for n in range(jobs):
         fair.job.delay(f"account-{n % 100}", n)
     per_job = (int(redis_client.info("memory")["used_memory"]) - before) / jobs
-    envelope = fair_store.client.hget(fair_store.keys.jobs, json.loads(json.dumps(
-        fair_store.client.hkeys(fair_store.keys.jobs)[0])))
+    envelope = JobRecord.parse(fair_store.client.hget(fair_store.keys.records, json.loads(
+        json.dumps(fair_store.client.hkeys(fair_store.keys.records)[0])))).envelope
     figure(f"redis memory per real .delay() job: {per_job:.0f} B ({len(envelope)} B of it the "
            f"stored Celery message), {jobs} jobs over 100 accounts")
     assert per_job < 2048

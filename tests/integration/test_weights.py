@@ -10,7 +10,6 @@ import pytest
 from celery_fairqueue import set_account_limit
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.store import FairStore
-from celery_fairqueue.store.keys import encode_id
 from tests.harness import wait_until
 from tests.harness.store_tools import claim_jobs, enqueue_many
 
@@ -100,32 +99,6 @@ def test_a_paused_account_takes_no_extra_share_when_it_comes_back(store):
     assert Counter(after)["heavy"] == 40, after  # 4/6 from its return, not the 100 it missed
 
 
-def test_a_store_written_before_weights_keeps_running_its_ring(store, redis_client):
-    """Jobs waiting in the old layout (accounts in the ring list, limits packed in four fields)
-    are claimed by the new code, in the old ring's order."""
-    backlog(store, {"old1": 3, "old2": 3})
-    qk = store.keys.queue("default")
-    # the old enqueue pushed accounts on the ring; the new one put them in tags
-    redis_client.delete(qk.tags)
-    redis_client.rpush(qk.ring, encode_id("old2"), encode_id("old1"))
-    redis_client.hset(store.keys.limits, encode_id("old1"), "0 1 0 -")  # four fields: weight 1
-    order = claims(store, 10)
-    assert order == ["old2", "old1"] * 3
-    assert redis_client.llen(qk.ring) == 0
-
-
-def test_the_reaper_brings_a_waiting_ring_into_the_rotation(store, redis_client):
-    """Under a steady backlog the claim never finds its rotation empty: the reaper adopts the
-    old ring instead, so those accounts do not wait for the backlog to end."""
-    backlog(store, {"new": 50, "old": 5})
-    qk = store.keys.queue("default")
-    redis_client.zrem(qk.tags, *[m for m in redis_client.zrange(qk.tags, 0, -1)
-                                 if m.endswith(" old")])
-    redis_client.rpush(qk.ring, "old")
-    store.reap()
-    assert Counter(claims(store, 10)) == {"new": 5, "old": 5}
-
-
 def test_virtual_tags_are_shifted_back_when_they_grow_large(store, redis_client):
     store.set_limit("b", AccountLimit(weight=2))
     backlog(store, {"a": 100, "b": 100, "gone": 1})
@@ -148,7 +121,7 @@ def test_an_empty_rotation_leaves_no_virtual_time_behind(store, redis_client):
     backlog(store, {"a": 2, "b": 1})
     claims(store, 10)
     qk = store.keys.queue("default")
-    assert not redis_client.exists(qk.tags, qk.finish, qk.ring)
+    assert not redis_client.exists(qk.tags, qk.finish)
 
 
 
