@@ -20,6 +20,7 @@ from tests.browser.conftest import (
     log_in,
     staff_user,
 )
+from tests.harness.store_tools import hold_lease
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -53,7 +54,7 @@ def test_the_console_pages_read_well_at_1366_px(rel, chromium, live_server, staf
     store.register_worker("tok", WorkerRegistration(
         "celery@busy", ("celery",), 4, started=store.server_time() - 3725, succeeded=12,
         failed=3))
-    store.client.hset(store.keys.owners, "job-1:0", "tok")
+    hold_lease(store, "job-1:0", "tok")
     rel.send_message.apply_async(("doomed", 9), countdown=3600)  # in the store, none ready
     dead = job(1, "doomed", "dead", dead_reason="permanent: lead 1 was deleted",
                worker="celery@" + "w" * 80)

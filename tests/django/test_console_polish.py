@@ -13,6 +13,7 @@ from django.utils import timezone
 from celery_fairqueue.contrib.django.admin.common import account_url
 from celery_fairqueue.contrib.django.models import Attempt, Job
 from celery_fairqueue.store import WorkerRegistration, store_for
+from tests.harness.store_tools import hold_lease
 
 pytestmark = pytest.mark.django_db
 
@@ -107,7 +108,7 @@ def test_the_workers_table_shows_running_jobs_counts_and_uptime(viewer, rel):
     started = store.server_time() - 3725
     store.register_worker("tok", WorkerRegistration("celery@busy", ("celery",), 4,
                                                     started=started, succeeded=12, failed=3))
-    store.client.hset(store.keys.owners, "job-1:0", "tok")
+    hold_lease(store, "job-1:0", "tok")
     overview = viewer.get(reverse("admin:celery_fairqueue_account_changelist")).content.decode()
     [row] = re.findall(r'<tr class="fq-worker">(.*?)</tr>', overview, re.S)
     cells = [re.sub(r"<[^>]+>", " ", c).split() for c in re.findall(r"<td[^>]*>(.*?)</td>",

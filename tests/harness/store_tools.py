@@ -5,6 +5,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from celery_fairqueue.store import EnqueueResult, FairStore, Lease
+from celery_fairqueue.store.records import JobRecord
 
 
 def enqueue_many(store: FairStore, jobs: Iterable[dict[str, Any]], chunk: int = 1000
@@ -29,3 +30,14 @@ def ack_many(store: FairStore, leases: Iterable[Lease], chunk: int = 1000) -> li
     calls = (([store.keys.queue(lease.queue)], [lease.token, retention, *lease.ack_args(1)])
              for lease in leases)
     return [bool(done) for done in store._run_many("ack", calls, chunk)]
+
+
+def hold_lease(store: FairStore, job_id: str, token: str, queue: str = "celery",
+               account: str = "acme") -> None:
+    """A job leased to the worker ``token`` as a claim leaves it (its record names the owner,
+    the lease set holds it), for console tests that show a worker's running jobs."""
+    now = store.server_time()
+    record = JobRecord(queue, account, "00000000000000001", deliveries=1, owner=token,
+                       started=now, envelope="{}")
+    store.client.hset(store.keys.records, job_id, record.build())
+    store.client.zadd(store.keys.leases, {job_id: now + 3600})

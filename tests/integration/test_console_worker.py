@@ -6,6 +6,7 @@ import pytest
 import celery_fairqueue
 from celery_fairqueue.reasons import reason_text
 from celery_fairqueue.store import StoreInspector
+from celery_fairqueue.store.records import JobRecord
 from tests.harness import wait_until
 
 APP = "tests.apps.fair"
@@ -27,7 +28,8 @@ def test_paused_account_keeps_its_jobs_ready_and_others_run(fair, celery_worker_
     assert reason_text(state).startswith("paused by alice at ")
     assert fair_store.stats().get("deferred", 0) == 0  # held, not deferred
     # no attempt charged: never handed out
-    assert fair_store.client.hmget(fair_store.keys.deliveries, held) == [None] * 4
+    records = fair_store.client.hmget(fair_store.keys.records, held)
+    assert [JobRecord.parse(r).deliveries for r in records] == [0] * 4
     assert len(ledger) == 4  # none of the paused account's jobs ran
 
 
