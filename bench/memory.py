@@ -96,7 +96,7 @@ def main() -> None:
                     log_path=Path(folder) / f"worker{n}.log", hostname=f"mem{n}@localhost",
                     env={STORE_URL_ENV: store_server.url}).start(60))
             started = time.monotonic()
-            assert wait_until(lambda: store.hlen("{fairqueue}:jobs") == 0, 600), "jobs left"
+            assert wait_until(lambda: store.hlen("{fairqueue}:records") == 0, 600), "jobs left"
             ran = time.monotonic() - started
             done, cpu_used = used_memory(store), cpu(store) - cpu_before
             print(f"done: {(done - empty) / jobs:.0f} B per finished job (its done marker and "
@@ -106,7 +106,7 @@ def main() -> None:
                   f"enqueue to done marker (one Redis core: about {jobs / cpu_used:.0f} jobs/s)")
             enqueue(bench.send_step_fails, jobs, options.accounts, "dead")
             assert wait_until(lambda: store.zcard("{fairqueue}:deadindex") >= jobs, 600)
-            assert wait_until(lambda: store.hlen("{fairqueue}:jobs") == 0, 60)
+            assert wait_until(lambda: store.hlen("{fairqueue}:records") == 0, 60)
             dead = used_memory(store)
             print(f"dead letter: {(dead - done) / jobs:.0f} B per dead-lettered job (the "
                   "letter with its message, reason and error, and its business key)")

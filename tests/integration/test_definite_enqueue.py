@@ -60,7 +60,7 @@ def test_an_enqueue_that_raised_while_redis_was_paused_is_never_stored(redis_ser
         time.sleep(0.5)  # the late commands run as Redis resumes
         client.ping()
         store = store_for(app)
-        stored = set(client.hkeys(store.keys.meta))
+        stored = set(client.hkeys(store.keys.records))
     stored = {job_id.decode() for job_id in stored}
     assert returned and raised, (len(returned), len(raised))  # both outcomes were met
     assert not [task_id for task_id in raised if f"{task_id}:0" in stored]

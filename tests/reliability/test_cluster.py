@@ -118,7 +118,7 @@ def test_every_store_operation_runs_on_a_cluster(cluster):
     assert StoreInspector(app).accounts().rows
     claimed = claim_jobs(store, ["default"], 20, "w1", AccountLimit().pack(0))
     assert len(claimed) == 11 and all(ack_many(store, claimed))
-    store.bury("x-1:0", "poison", job_key="k1", record={"task": "t", "account": "acme"})
+    store.bury("x-1:0", "poison", record={"task": "t", "account": "acme"})
     assert DeadLetters(app, store).count() == 1 and DeadLetters(app, store).list()
     put(store, "acme", 2, due=time.time() + 3600)
     assert store.cancel("acme-2") == ["acme-2:0"]
@@ -160,7 +160,7 @@ def migrate_slot(cluster: ClusterGroup, slot: int, source, target, ask_window: f
 
 def drained(cluster: ClusterGroup, keys: Keys) -> bool:
     with cluster.client() as client:
-        return int(client.hlen(keys.jobs)) == 0
+        return int(client.hlen(keys.records)) == 0
 
 
 def test_jobs_run_while_the_store_slot_moves_to_another_primary(
@@ -174,8 +174,8 @@ def test_jobs_run_while_the_store_slot_moves_to_another_primary(
     env = {"FQ_CLUSTER_URL": cluster.url, "FQ_WAIT_REPLICAS": "0"}
     workers = [celery_worker_factory(APP, env=env) for _ in range(2)]
     keys = Keys()
-    slot = key_slot(keys.jobs.encode())
-    source = cluster.owner(keys.jobs)
+    slot = key_slot(keys.records.encode())
+    source = cluster.owner(keys.records)
     target = next(s for s in cluster.primaries() if s is not source)
     before = errorstats(source)
 
@@ -185,7 +185,7 @@ def test_jobs_run_while_the_store_slot_moves_to_another_primary(
     began = time.monotonic()
     migrate_slot(cluster, slot, source, target, ask_window=0.5)
     moved = time.monotonic()
-    assert cluster.owner(keys.jobs) is target
+    assert cluster.owner(keys.records) is target
     assert wait_until(lambda: producer.acked_after(moved) >= 2 * RATE, 20), producer.errors[-3:]
     producer.finish()
     assert wait_until(lambda: drained(cluster, keys), 30), "jobs left in the store"
@@ -220,7 +220,7 @@ def test_a_primary_failover_loses_no_acknowledged_job(
     env = {"FQ_CLUSTER_URL": cluster.url, "FQ_WAIT_REPLICAS": str(wait_replicas)}
     workers = [celery_worker_factory(APP, env=env) for _ in range(2)]
     keys = Keys()
-    primary = cluster.owner(keys.jobs)
+    primary = cluster.owner(keys.records)
 
     producer = Producer(app.job, RATE, ACCOUNTS)
     producer.start()
@@ -231,7 +231,7 @@ def test_a_primary_failover_loses_no_acknowledged_job(
 
     def promoted() -> bool:
         try:
-            return cluster.owner(keys.jobs) is not primary and cluster.state_ok()
+            return cluster.owner(keys.records) is not primary and cluster.state_ok()
         except RuntimeError:
             return False
 

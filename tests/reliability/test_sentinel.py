@@ -237,8 +237,8 @@ def test_producers_and_workers_follow_a_failover(figure, wait_replicas, sentinel
     # workers follow: everything the new primary holds runs, jobs leased before the kill too
     keys = Keys()
     with new_primary.client(decode_responses=True) as store:
-        assert wait_until(lambda: store.hlen(keys.jobs) == 0, 30), (
-            f"{store.hlen(keys.jobs)} jobs left in the new primary\n"
+        assert wait_until(lambda: store.hlen(keys.records) == 0, 30), (
+            f"{store.hlen(keys.records)} jobs left in the new primary\n"
             + "\n".join(w.log_tail(15) for w in workers))
         stats = store.hgetall(keys.stats)
     time.sleep(0.5)  # a job acked in the store has written its side effect before
@@ -323,7 +323,7 @@ def test_a_failover_of_a_live_primary_moves_the_client_within_a_second(figure, s
     assert switched is not None
     with group.server(group.master_port()).client(decode_responses=True) as new_primary:
         lost = {job: at for job, at in acked.items()
-                if not new_primary.hexists(store.keys.jobs, job)}
+                if not new_primary.hexists(store.keys.records, job)}
     store.client.close()
     lag = followed - switched
     window = max(lost.values(), default=started) - started
@@ -394,7 +394,7 @@ def test_a_lagging_replica_loses_the_last_enqueues_unless_waited_for(figure, wai
     assert group.master_port() == promoted, "a second failover:\n" + group.log_tail()
     with group.server(promoted).client(decode_responses=True) as new_primary:
         lost = {job: at for job, at in acked.items()
-                if not new_primary.hexists(store.keys.jobs, job)}
+                if not new_primary.hexists(store.keys.records, job)}
     store.client.close()
     in_stall = sum(1 for at in acked.values() if stalled <= at <= killed)
     figure(f"sentinel failover after {lag} s of stalled replication: {len(acked)} enqueued, "
