@@ -103,6 +103,10 @@ class StoreDoor:
             self._recording_checked = now
         return self._recording
 
+    def forget_recording(self) -> None:
+        """Ask again at the next call whether a recorder listens."""
+        self._recording_checked = float("-inf")
+
     def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any]) -> Any:
         with operation(name):
             return self._scripts[name](keys=self._keys_for(name, queues),

@@ -36,12 +36,14 @@ class EventReader:
         self.consumer = consumer
 
     def ensure_group(self) -> None:
-        """Create the stream and the group; from then on transitions are recorded."""
+        """Create the stream and the group; from then on transitions are recorded (this
+        process's store asks again at once whether a recorder listens)."""
         try:
             self.client.xgroup_create(self.stream, self.group, id="0", mkstream=True)
         except StoreUnavailableError as exc:
             if "BUSYGROUP" not in str(exc):  # the group exists already: fine
                 raise
+        self.store.forget_recording()
 
     def read(self, count: int = 500, block_ms: int = 1000) -> list[Event]:
         """Events not yet acknowledged: first this consumer's pending ones, then new ones."""

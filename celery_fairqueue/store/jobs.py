@@ -176,7 +176,7 @@ class Jobs(StoreDoor):
 
     def emit(self, type: str, **fields: Any) -> bool:
         """Record a task-side transition (see protocol.EventType) for the recorder; a no-op
-        until a recorder created the stream."""
+        until a recorder created the stream (asked every few seconds: see recording)."""
         if not self.recording():
             return False
         return bool(self._run("emit", [], event_fields(type, **fields)))

@@ -5,7 +5,8 @@ binds the ``K_*`` names of the global keys the script touches (the others stay n
 those are is read off the source: the ``K_*`` names in the script and in every helper of
 ``_lib.lua`` it calls, directly or through another helper. So a new helper or a new key needs no
 list kept by hand, and a key a script does not use is never sent (a claim of one queue passes
-its queue's keys and a dozen global ones, not every key of the store).
+its queue's keys and a dozen global ones, not every key of the store). Of ``_lib.lua`` only
+the helpers the script calls are kept.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ def _helpers() -> dict[str, str]:
     return {match.group(1): match.group(0) for match in _HELPER.finditer(_read("_lib"))}
 
 
-def _touched(body: str) -> set[str]:
-    """The ``K_*`` names ``body`` uses, itself or through the helpers it calls."""
+def _touched(body: str) -> tuple[set[str], set[str]]:
+    """The ``K_*`` names ``body`` uses, itself or through the helpers it calls; and those
+    helpers."""
     helpers = _helpers()
     seen: set[str] = set()
     pending = [body]
@@ -55,13 +57,20 @@ def _touched(body: str) -> set[str]:
         for called in set(_CALL.findall(text)) & helpers.keys() - seen:
             seen.add(called)
             pending.append(helpers[called])
-    return names
+    return names, seen
+
+
+def _lib_for(called: set[str]) -> str:
+    """``_lib.lua`` with only the helpers in ``called``: Redis runs a script's whole source on
+    every call, so a helper defined for nothing costs every call its closure."""
+    return _HELPER.sub(lambda match: match.group(0) if match.group(1) in called else "",
+                       _read("_lib"))
 
 
 @cache
 def load_script(name: str) -> ScriptSource:
     body = _read(name)
-    touched = _touched(body)
+    touched, called = _touched(body)
     used = tuple(key for key in GLOBAL_KEY_NAMES if lua_name(key) in touched)
     events = "K_EVENTS" in touched
     position = {key: n + 1 for n, key in enumerate(used)}
@@ -74,4 +83,4 @@ def load_script(name: str) -> ScriptSource:
         "local RECORDING = " + ("'1' == table.remove(ARGV)" if events else "nil"),
         "",
     ])
-    return ScriptSource(prologue + _read("_lib") + "\n" + body, used, events)
+    return ScriptSource(prologue + _lib_for(called) + "\n" + body, used, events)

@@ -104,7 +104,7 @@ class RunningRecorder:
 def listen(app: Celery) -> None:
     """Drop the producer's 5 s "nobody records" cache: the session's apps outlive the stream,
     which every test's flush deletes, so without this their first events could go unwritten."""
-    store_for(app)._recording_checked = float("-inf")
+    store_for(app).forget_recording()
 
 
 @pytest.fixture

@@ -2,6 +2,6 @@
 -- stream, if a recorder has created it.
 -- KEYS: global keys, then the event stream.
 -- ARGV: field, value, field, value, ... ("at" is added, in server time).
--- Returns 1.
+-- Returns 1 when recorded, 0 when no recorder listens.
 emit('at', now_seconds(), unpack(ARGV))
-return 1
+return recording and 1 or 0
