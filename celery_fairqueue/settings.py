@@ -78,8 +78,9 @@ class FairqueueSettings:
         5.0, "Most seconds a producer's call to the store takes, retries included, before it "
         "raises StoreUnavailableError (the job may then have been stored: see the guide).")
     max_pending_per_account: int = _setting(
-        1_000_000, "Most jobs one account may have in the store (ready, delayed, running); "
-        "an enqueue past it raises BacklogFullError. 0: no bound.")
+        1_000_000, "Most jobs one account may have waiting in a queue (ready; a delayed job "
+        "counts its delayed ones too); an enqueue past it raises BacklogFullError. 0: no "
+        "bound.")
     max_pending: int = _setting(
         0, "Most jobs the whole store may hold; an enqueue past it raises BacklogFullError. "
         "0: no bound.")

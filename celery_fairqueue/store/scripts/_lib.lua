@@ -232,6 +232,18 @@ local function mark_started(job_key, job_id)
   return old
 end
 
+-- A job's business key, held by no job any more while only pending (its job left the store
+-- without running: cancelled, expired), is free again; a started marker stays (see enqueue).
+local function free_key(job_key, job_id)
+  if job_key and job_key ~= '-' then
+    local key = key_of(job_key)
+    local marker = redis.call('GET', key)
+    if marker and marker_state(marker) == 'pending' and marker_holder(marker) == job_id then
+      redis.call('DEL', key)
+    end
+  end
+end
+
 -- The job's side effect happened: its key is done, from now, for the retention (a done marker
 -- the task wrote itself, with the external id, stays). Returns the external id, or nil.
 local function mark_done(job_key, job_id, retention)

@@ -17,13 +17,7 @@ if not take_delayed(qk, job.account, job_id) then
   -- the rotation drops the account by itself once it finds nothing ready (see claim)
   redis.call('ZREM', qk.ready, ready_member(job.account, job.seq, job_id))
 end
-if job.job_key ~= '-' then
-  local key = key_of(job.job_key)
-  local marker = redis.call('GET', key)
-  if marker and marker_state(marker) == 'pending' and marker_holder(marker) == job_id then
-    redis.call('DEL', key)
-  end
-end
+free_key(job.job_key, job_id)
 redis.call('HDEL', K_RECORDS, job_id)
 redis.call('HINCRBY', K_STATS, 'cancelled', 1)
 emit('e', 'cancelled', 'job', job_id, 'at', now_seconds())

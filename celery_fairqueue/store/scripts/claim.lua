@@ -184,18 +184,6 @@ local function take_head(qk, account, head, more, tag, held)
   end
 end
 
--- A job's business key, held by no job any more while only pending (its job left the store
--- without running: cancelled, expired), is free again; a started marker stays (see enqueue).
-local function free_key(job_key, job_id)
-  if job_key and job_key ~= '-' then
-    local key = key_of(job_key)
-    local marker = redis.call('GET', key)
-    if marker and marker_state(marker) == 'pending' and marker_holder(marker) == job_id then
-      redis.call('DEL', key)
-    end
-  end
-end
-
 -- Try the account at the head of the rotation (its virtual tag ``tag``, just popped): returns
 -- job_id, envelope, deliveries, business key, marker or nil; or job_id, envelope, 'expired' for
 -- an expired job it dropped. Every nil leaves the account out of the rotation.

@@ -7,7 +7,7 @@
 --       retention in seconds, [9] task name and [10] redacted arguments (JSON), for the event
 --       only, [11] the id of the dead letter this job replays, or "": the letter leaves the
 --       dead-letter queue with the store of its replay, in one step, [12] most ready jobs of
---       one account (0: no bound), [13] most jobs in the store (0: no bound), [14] the job's
+--       one account, and most ready and delayed ones for a delayed job (0: no bound), [13] most jobs in the store (0: no bound), [14] the job's
 --       priority, one digit, 0 first (Celery's priority as the Redis transport reads it): the
 --       first digit of its place in the account's FIFO, so it orders jobs within the account,
 --       [15] when the job expires (epoch seconds, Celery's ``expires``) or "": the claim drops
@@ -90,7 +90,9 @@ end
 local low, high = member_range(account)
 local before = redis.call('ZLEXCOUNT', qk.ready, low, high)
 if dedupe == '1' then
-  local refused = (max_ready > 0 and before >= max_ready and 4) or
+  -- a delayed job counts the account's delayed ones too (a running job holds a slot: bounded)
+  local pending = before + (due > now and hget_number(qk.ndelayed, account) or 0)
+  local refused = (max_ready > 0 and pending >= max_ready and 4) or
                   (max_jobs > 0 and redis.call('HLEN', K_RECORDS) > max_jobs and 5)
   if refused then
     if taken_over then
