@@ -222,9 +222,10 @@ class ConsoleReader:
 
     def _due(self, queue: str, now: float, scan: int) -> list[tuple[str, float]]:
         """The queue's due delayed jobs (made ready at the next claim), soonest first."""
-        return [(job_id, float(due)) for job_id, due in self.store.client.zrangebyscore(
+        due: list[tuple[str, float]] = self.store.client.zrangebyscore(  # type: ignore[assignment]
             self.store.keys.queue(queue).delayed, "-inf", now, start=0, num=scan,
-            withscores=True)]
+            withscores=True)
+        return [(job_id, float(when)) for job_id, when in due]
 
     def queue_oldest_waiting(self, queues: list[str] | None = None) -> dict[str, float | None]:
         """Per queue, since when its oldest waiting job waits (server time); None: none waits.

@@ -38,7 +38,7 @@ class FairStore(Jobs, Fleet, Operator):
         """Leased jobs per (queue, account), counted off the lease set and the jobs' records:
         as many as the workers' slots. No script keeps this count, but for the accounts with a
         concurrency cap (QueueKeys.running, for the cap)."""
-        leased = self.client.zrange(self.keys.leases, 0, -1)
+        leased: list[str] = self.client.zrange(self.keys.leases, 0, -1)  # type: ignore[assignment]
         counts: dict[tuple[str, str], int] = {}
         for start in range(0, len(leased), RECORDS_CHUNK):
             for raw in self.client.hmget(self.keys.records, leased[start:start + RECORDS_CHUNK]):

@@ -63,8 +63,9 @@ class JobRecord:
         """A header line alone (a dead letter's ``meta``), in either layout."""
         parts = header.split(" ")
         if len(parts) in (4, 5):  # a dead letter of the layout before records
-            expires = float(parts[4]) if len(parts) == 5 and parts[4] else None
-            return cls(decode_id(parts[0]), decode_id(parts[1]), parts[2], parts[3], expires)
+            old_expires = float(parts[4]) if len(parts) == 5 and parts[4] else None
+            return cls(decode_id(parts[0]), decode_id(parts[1]), parts[2], parts[3],
+                       old_expires)
         if len(parts) != 9:
             raise ValueError(f"not a job record header: {header[:200]!r}")
         queue, account, seq, stored_key, expires, deliveries, owner, started, capped = parts
