@@ -60,6 +60,12 @@ class StoreFullError(StoreUnavailableError):
     """Redis refused a write because it is at ``maxmemory`` (an OOM error reply)."""
 
 
+class StoreLayoutError(FairqueueError):
+    """The fair store holds jobs in the Redis layout of the previous celery-fairqueue version,
+    which this version does not read: a worker refuses to start until workers of that version
+    have drained them (docs/deployment.md, "Upgrading the store layout")."""
+
+
 class InvalidLimitError(FairqueueError, ValueError):
     """An account limit (rate, burst, concurrency, window, time zone) is malformed."""
 

@@ -28,7 +28,7 @@ EVENTS_CHECK_SECONDS = 5.0  # how often a store asks whether a recorder listens
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "wake", "bury", "emit",
                 "take_dead", "restore_dead", "purge_dead", "give_back", "cancel", "pause",
                 "resume", "run_now", "register_worker", "heartbeat", "mark",
-                "set_default_limit")
+                "set_default_limit", "upgrade")
 
 
 def wire(value: Any) -> Any:
@@ -111,6 +111,15 @@ class StoreDoor:
         with operation(name):
             return self._scripts[name](keys=self._keys_for(name, queues),
                                        args=self._args_for(name, args))
+
+    def _run_with_keys(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """:meth:`_run` for a script whose own keys are none of the store's: upgrade.lua, given
+        the keys of the layout before records (keys.Keys.legacy) after its global keys. They
+        share the store's hash tag, so the call stays in one slot."""
+        with operation(name):
+            return self._scripts[name](
+                keys=[*self._leading[name], *keys, *self._trailing[name]],
+                args=self._args_for(name, args))
 
     def _run_many(self, name: str, calls: Iterable[tuple[Sequence[QueueKeys], Sequence[Any]]],
                   chunk: int) -> list[Any]:

@@ -36,9 +36,12 @@ DEFAULT_LIMIT_FIELD = "*"
 QUEUE_KEY_NAMES = ("state", "ready", "deferred", "delayed", "running", "ndelayed", "deferrals",
                    "tags", "finish")
 #: The keys of the layout before records (issue 24): a store holding jobs in them must be
-#: drained by the version that wrote them (see Keys.legacy_jobs and docs/deployment.md).
+#: drained by the version that wrote them (see Keys.legacy_jobs and docs/deployment.md); its
+#: idempotency records (marker JSON by key, done time by key, job id by key) are adopted into
+#: key strings, and they and the leftovers that hold no job are deleted (store/upgrade.py).
 LEGACY_JOB_KEY = "meta"
 LEGACY_IDEMPOTENCY_KEYS = ("markers", "done", "jobkeys")
+LEGACY_LEFTOVER_KEYS = ("seq", "pending", "deliveries", "owners")
 MAX_CACHED_QUEUES = 1024  # Keys.queue's made QueueKeys, by queue name
 
 
@@ -186,6 +189,14 @@ class Keys:
         """The job meta hash of the layout before records: jobs in it are drained by the
         version that stored them (a worker of this one refuses to start while it holds any)."""
         return self._key(LEGACY_JOB_KEY)
+
+    @cached_property
+    def legacy(self) -> tuple[str, ...]:
+        """The keys of the layout before records that upgrade.lua reads and deletes, in the
+        order it receives them after its global keys: the job meta hash, the idempotency
+        records, the leftovers."""
+        return tuple(self._key(name) for name in (LEGACY_JOB_KEY, *LEGACY_IDEMPOTENCY_KEYS,
+                                                  *LEGACY_LEFTOVER_KEYS))
 
     def queue(self, name: str) -> QueueKeys:
         """The keys of the fair queue called ``name`` (a Celery queue name); made once per

@@ -19,12 +19,14 @@ import uuid
 from collections import deque
 from typing import Any
 
+from celery.platforms import EX_FAILURE
 from celery.worker import state as worker_state
 
-from ..errors import FairqueueError
+from ..errors import FairqueueError, StoreLayoutError
 from ..settings import settings_for
 from ..store import GIVE_BACK_SECONDS, FairStore, Lease, WorkerRegistration, display_url
 from ..store.leases import lost_before_settled
+from ..store.upgrade import require_current_layout
 from .channel import lease_message, read_envelope
 from .outage import Outage
 from .wakeups import Wakeups
@@ -59,6 +61,7 @@ class FairDispatcher:
         self._maintainer: threading.Thread | None = None
         self._wakeups: Wakeups | None = None
         self._instance: str | None = None  # see _check_instance
+        self._layout_checked = False  # see _check_layout
         self._default_limit = ""
         self._claims = Outage("claiming")
         self._default_limit_at = 0.0
@@ -73,6 +76,8 @@ class FairDispatcher:
             raise FairqueueError(
                 "celery-fairqueue needs the worker's event loop (a Redis or AMQP broker and the "
                 "prefork, threads or solo pool); eventlet and gevent are not supported")
+        if not self._layout_checked:  # raises StoreLayoutError: Celery exits
+            self._layout_checked = self._check_layout()
         self.queues = sorted(c.app.amqp.queues.consume_from)
         self.handler = c.create_task_handler()
         c.hub.add_reader(self._wake_r, self._on_wake)
@@ -162,7 +167,7 @@ class FairDispatcher:
     def claim(self) -> None:
         """One round trip a turn: settle the jobs finished since the last turn, lease jobs for
         the free slots."""
-        if not self.claiming:
+        if not self.claiming or not (self._layout_checked or self._check_layout_late()):
             return
         acks = self._take_acks()
         free = self.free_slots()
@@ -189,6 +194,35 @@ class FairDispatcher:
             self._revoke_expired(lease)
         if claim.next_due is not None:
             self._claim_at(claim.next_due)
+
+    def _check_layout(self) -> bool:
+        """Whether the store's layout is this version's (store/upgrade.py), asked once before
+        the first claim, which adopts the previous layout's idempotency records; False while
+        the store cannot be reached (the next claim asks again). Raises StoreLayoutError while
+        the store holds jobs of the previous layout."""
+        try:
+            adopted = require_current_layout(self.store)
+        except StoreLayoutError:
+            raise
+        except FairqueueError as exc:
+            self._claims.failed(exc)
+            return False
+        if adopted:
+            logger.info("fairqueue: adopted the idempotency records of %d business keys from "
+                        "the previous store layout", adopted)
+        return True
+
+    def _check_layout_late(self) -> bool:
+        """:meth:`_check_layout` at a claim, the store having been out of reach at start: a
+        store holding jobs of the previous layout stops the worker then (a warm shutdown,
+        exit code 1), as Celery's own shutdown does, from the event loop."""
+        try:
+            self._layout_checked = self._check_layout()
+        except StoreLayoutError as exc:
+            logger.critical("fairqueue: this worker stops: %s", exc)
+            self.claiming = False
+            worker_state.should_stop = EX_FAILURE
+        return self._layout_checked
 
     def _claim_at(self, delay: float) -> None:
         """Claim again when a paused account's token or a delayed job is due, not a poll later.

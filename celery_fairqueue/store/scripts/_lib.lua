@@ -196,11 +196,12 @@ end
 -- begun) or "done"; the job holding it; when; and external_id when ``external`` (a JSON string
 -- literal made by records.marker_external_id, so Python's own escapes survive byte for byte)
 -- is given. A finished job's marker expires after the retention: a key string with a time to
--- live is a finished job's, one without is held by a job in the store.
-local function make_marker(state, job_id, external)
+-- live is a finished job's, one without is held by a job in the store. ``at`` (text) defaults
+-- to now (upgrade.lua gives the time a job of the layout before records finished).
+local function make_marker(state, job_id, external, at)
   local tail = (external and external ~= '') and (',"external_id":' .. external) or ''
   return '{"state":"' .. state .. '","job_id":' .. cjson.encode(job_id) .. ',"at":' ..
-         now_text() .. tail .. '}'
+         (at or now_text()) .. tail .. '}'
 end
 
 local function marker_state(marker)
