@@ -65,8 +65,7 @@ class Jobs(StoreDoor):
                       replays: str = "", priority: int | None = None,
                       expires: float | None = None) -> list[Any]:
         return [job_id, encode_id(account), encode_id(queue), envelope, due or 0,
-                encode_job_key(job_key), "1" if dedupe else "0",
-                self.settings.job_retention, task, shown_args, replays,
+                encode_job_key(job_key), "1" if dedupe else "0", task, shown_args, replays,
                 self.settings.max_pending_per_account, self.settings.max_pending,
                 min(max(int(priority or 0), 0), 9),
                 "" if expires is None else f"{expires:.6f}"]

@@ -1,10 +1,11 @@
 """The Redis key layout of the fair store.
 
 Every key shares one hash tag, so each Lua script touches a single Redis Cluster slot. Every key
-a script touches is built here and passed in ``KEYS``, but one: the string of a business key
-(:meth:`Keys.job_key`), which the claim only learns from the job it leases; ``key_of`` in
-``_lib.lua`` builds it from the records key, under the same tag, so it is in the same slot (a
-script may touch any key of its slot). Per-account state lives in hash fields and sorted-set
+is named here; a script receives in ``KEYS`` the global keys it touches and one key per queue
+(its state key), and builds the rest under the same tag, so in the same slot (a script may
+touch any key of its slot): a queue's other keys (``queue_keys`` in ``_lib.lua``), and the
+string of a business key (:meth:`Keys.job_key`, ``key_of``), which the claim only learns from
+the job it leases. Per-account state lives in hash fields and sorted-set
 members rather than in per-account keys, which keeps the key set fixed. Account ids, queue
 names and business keys are percent-encoded before they reach Redis: the encoded form uses only
 ``[A-Za-z0-9_.~%-]``, so it can never contain the ``|`` and space separators the scripts split
@@ -71,8 +72,10 @@ class QueueKeys:
 
     @cached_property
     def keys(self) -> tuple[str, ...]:
-        """The keys in the order the scripts expect them (KEYS after the global ones)."""
-        return tuple(getattr(self, name) for name in QUEUE_KEY_NAMES)
+        """What the scripts receive of the queue (KEYS after the global ones): its state key,
+        from which ``queue_keys`` in _lib.lua builds the others, under the same hash tag. Each
+        key is one more argument to pack and parse on every call: an enqueue passed 9 of them."""
+        return (self.state,)
 
     @property
     def wake(self) -> str:

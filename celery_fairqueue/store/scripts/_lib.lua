@@ -2,9 +2,9 @@
 -- after a prologue that binds the K_* names of the global keys (keys.GLOBAL_KEY_NAMES) the
 -- script touches, itself or through these helpers, and NGLOBAL, their number.
 --
--- KEYS (every script): those global keys, then 9 keys per fair queue in the order of
--- keys.QUEUE_KEY_NAMES: state, ready, deferred, delayed, running, ndelayed, deferrals, tags,
--- finish; then, for a script that emits events, the event stream (K_EVENTS).
+-- KEYS (every script): those global keys, then one key per fair queue, its state key, from
+-- which queue_keys builds the queue's other keys (keys.QUEUE_KEY_NAMES); then, for a script
+-- that emits events, the event stream (K_EVENTS).
 -- Account ids, queue names and business keys arrive percent-encoded (no spaces, no "|", no
 -- braces, no newline).
 -- All times are Redis server time, so workers with skewed clocks agree on leases and buckets.
@@ -13,7 +13,7 @@
 -- transition; a business key is one string, its marker; no script keeps a count that the
 -- console can derive when it asks (ready jobs per account, the oldest waiting, running since).
 
-local NQKEYS = 9
+local NQKEYS = 1
 local EVENTS_MAXLEN = 1000000
 
 -- Redis's clock, read once per script run; now_text() is it as a script argument (a Lua number
@@ -55,13 +55,16 @@ local function emit(...)
   end
 end
 
+-- A queue's keys: the scripts receive its state key, and build the others from it, under the
+-- same hash tag (so in the same slot): keys.QueueKeys names them, in keys.QUEUE_KEY_NAMES.
 local function queue_keys(i)
-  local b = NGLOBAL + (i - 1) * NQKEYS
-  return {state = KEYS[b + 1], ready = KEYS[b + 2], deferred = KEYS[b + 3],
-          delayed = KEYS[b + 4], running = KEYS[b + 5], ndelayed = KEYS[b + 6],
-          deferrals = KEYS[b + 7], tags = KEYS[b + 8], finish = KEYS[b + 9],
-          name = string.match(KEYS[b + 1], ':queue:([^:]+):state$'),
-          wake = (string.gsub(KEYS[b + 1], 'state$', 'wake'))}
+  local state = KEYS[NGLOBAL + i]
+  local base = string.sub(state, 1, -6)
+  return {state = state, ready = base .. 'ready', deferred = base .. 'deferred',
+          delayed = base .. 'delayed', running = base .. 'running',
+          ndelayed = base .. 'ndelayed', deferrals = base .. 'deferrals', tags = base .. 'tags',
+          finish = base .. 'finish', name = string.match(state, ':queue:([^:]+):state$'),
+          wake = base .. 'wake'}
 end
 
 -- The stored formats, each read and built by one helper here (records.py is their Python

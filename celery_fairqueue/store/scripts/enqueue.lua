@@ -2,35 +2,35 @@
 -- KEYS: global keys, then the keys of the job's queue.
 -- ARGV: [1] job_id (task id ":" retries), [2] account, [3] queue (both encoded),
 --       [4] envelope (JSON message), [5] due time (epoch seconds, 0 = now), [6] business job key
---       or "-", [7] "1" for a new job (deduped on its business key, bounded by [12] and [13]),
---       "0" for the next delivery of a stored job (a retry: never refused), [8] done-key
---       retention in seconds, [9] task name and [10] redacted arguments (JSON), for the event
---       only, [11] the id of the dead letter this job replays, or "": the letter leaves the
---       dead-letter queue with the store of its replay, in one step, [12] most ready jobs of
---       one account, and most ready and delayed ones for a delayed job (0: no bound), [13] most jobs in the store (0: no bound), [14] the job's
---       priority, one digit, 0 first (Celery's priority as the Redis transport reads it): the
---       first digit of its place in the account's FIFO, so it orders jobs within the account,
---       [15] when the job expires (epoch seconds, Celery's ``expires``) or "": the claim drops
---       it then, without a slot or a token, [16] the producer's deadline (epoch
+--       or "-", [7] "1" for a new job (deduped on its business key, bounded by [11] and [12]),
+--       "0" for the next delivery of a stored job (a retry: never refused), [8] task name and
+--       [9] redacted arguments (JSON), for the event only, [10] the id of the dead letter this
+--       job replays, or "": the letter leaves the dead-letter queue with the store of its
+--       replay, in one step, [11] most ready jobs of one account, and most ready and delayed
+--       ones for a delayed job (0: no bound), [12] most jobs in the store (0: no bound), [13]
+--       the job's priority, one digit, 0 first (Celery's priority as the Redis transport reads
+--       it): the first digit of its place in the account's FIFO, so it orders jobs within the
+--       account, [14] when the job expires (epoch seconds, Celery's ``expires``) or "": the
+--       claim drops it then, without a slot or a token, [15] the producer's deadline (epoch
 --       seconds on Redis's clock; "" or absent: none): a call that runs later stores nothing
 --       (it still says whether the delivery is stored: the producer's check), since its
 --       producer has raised or will (store/deadline.py).
 -- Returns {status, job_id}: status 1 ready, 2 delayed, 0 already stored (job_id is the existing
 -- one), 3 the dead letter to replay is gone (replayed or purged already), 4 the account has
--- [12] ready jobs, 5 the store holds [13] jobs, 6 past the producer's deadline; nothing is
+-- [11] waiting jobs, 5 the store holds [12] jobs, 6 past the producer's deadline; nothing is
 -- stored for 3, 4, 5 and 6.
 -- Cost, a new job with a business key into an account with ready jobs: 7 commands (TIME,
 -- HSETNX, SET, ZLEXCOUNT, HINCRBY of the enqueued counter, ZADD, and XADD or, when the caller
 -- has not seen the recorder's stream, EXISTS).
 local job_id, account, queue, envelope = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local due, job_key, dedupe, retention = tonumber(ARGV[5]), ARGV[6], ARGV[7], tonumber(ARGV[8])
-local replays, max_ready, max_jobs = ARGV[11], tonumber(ARGV[12]), tonumber(ARGV[13])
+local due, job_key, dedupe = tonumber(ARGV[5]), ARGV[6], ARGV[7]
+local replays, max_ready, max_jobs = ARGV[10], tonumber(ARGV[11]), tonumber(ARGV[12])
 local qk = queue_keys(1)
 local now = now_seconds()
-local deadline = tonumber(ARGV[16] or '')
-local seq = ready_seq(ARGV[14])
+local deadline = tonumber(ARGV[15] or '')
+local seq = ready_seq(ARGV[13])
 local job = {queue = queue, account = account, seq = seq, job_key = job_key,
-             expires_text = ARGV[15] ~= '' and ARGV[15] or '-', deliveries = 0, owner = '-',
+             expires_text = ARGV[14] ~= '' and ARGV[14] or '-', deliveries = 0, owner = '-',
              started = '-', capped = '-', envelope = envelope}
 
 local function stored_or(status)
@@ -110,8 +110,8 @@ redis.call('HINCRBY', K_STATS, 'enqueued', 1)
 if before == 0 or due > now then
   redis.call('SADD', K_QUEUES, queue)
 end
-emit('e', 'enqueued', 'job', job_id, 'q', queue, 'a', account, 'k', job_key, 't', ARGV[9],
-     'args', ARGV[10], 'at', now_text(), 'due', due > now and ARGV[5] or now_text())
+emit('e', 'enqueued', 'job', job_id, 'q', queue, 'a', account, 'k', job_key, 't', ARGV[8],
+     'args', ARGV[9], 'at', now_text(), 'due', due > now and ARGV[5] or now_text())
 if due > now then
   make_delayed(qk, account, job_id, due)
   return {2, job_id}
