@@ -36,7 +36,7 @@ GLOBAL_KEY_NAMES = ("records", "leases", "limits", "buckets", "queues", "stats",
 DEFAULT_LIMIT_FIELD = "*"
 QUEUE_KEY_NAMES = ("state", "ready", "deferred", "delayed", "running", "ndelayed", "deferrals",
                    "tags", "finish")
-#: The keys of the layout before records (issue 24): a store holding jobs in them must be
+#: The keys of the layout before records: a store holding jobs in them must be
 #: drained by the version that wrote them (see Keys.legacy_jobs and docs/deployment.md); its
 #: idempotency records (marker JSON by key, done time by key, job id by key) are adopted into
 #: key strings, and they and the leftovers that hold no job are deleted (store/upgrade.py).

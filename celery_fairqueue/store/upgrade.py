@@ -1,4 +1,4 @@
-"""Upgrading a fair store from the layout before job records (issue 24).
+"""Upgrading a fair store from the layout before job records.
 
 That layout kept a job in several hashes (``meta``, counted by :func:`legacy_jobs`, among them)
 and the idempotency of business keys in three more (``markers``, ``done``, ``jobkeys``); this

@@ -9,7 +9,7 @@
 -- braces, no newline).
 -- All times are Redis server time, so workers with skewed clocks agree on leases and buckets.
 --
--- The layout is lean (issue 24): a job is one record, written at enqueue and once per
+-- The layout is lean: a job is one record, written at enqueue and once per
 -- transition; a business key is one string, its marker; no script keeps a count that the
 -- console can derive when it asks (ready jobs per account, the oldest waiting, running since).
 

@@ -1,4 +1,4 @@
--- upgrade: adopt the idempotency records of the layout before job records (issue 24) into key
+-- upgrade: adopt the idempotency records of the layout before job records into key
 -- strings, a batch a call, then delete them and that layout's leftovers that hold no job; only
 -- while that layout holds no job (its workers drained it first: see store/upgrade.py).
 -- KEYS: global keys, then the keys of the layout before records (keys.Keys.legacy): meta (hash
