@@ -87,3 +87,18 @@ def test_a_cap_set_while_jobs_run_counts_them(store):
     for lease in (running[2], more):
         lease.ack()
     assert not store.client.exists(store.keys.queue("default").running)
+
+
+def test_a_replay_right_after_the_dead_letter_runs_before_the_failed_jobs_ack(store):
+    """A task dead-letters its job (bury) and its ack rides with the worker's next claim, which
+    may come much later; a replay sent in between is a new job, not the dead one's duplicate."""
+    put(store, "acme", 1, job_key="lead-7")
+    [lease] = claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT)
+    store.bury(lease.job_id, "permanent: lead deleted", record={"task": "t"})
+    replay = store.enqueue(queue="default", account="acme", job_id="replay-1:0", envelope="{}",
+                           job_key="lead-7", replays=lease.job_id)
+    assert replay.created and replay.job_id == "replay-1:0"
+    lease.ack()  # the failed job's ack arrives: the replay keeps the key
+    [again] = claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT)
+    assert again.job_id == "replay-1:0" and store.marker("lead-7").job_id == "replay-1:0"
+    assert again.marker and '"started"' in again.marker  # it asks already_applied first

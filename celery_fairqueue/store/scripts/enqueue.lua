@@ -71,13 +71,15 @@ if job_key ~= '-' then
   local pending = make_marker('pending', job_id)
   taken_over = false
   if dedupe ~= '1' or not redis.call('SET', key, pending, 'NX') then
-    -- the key is held (a retry re-points it): by a job still in the store, or by a job that
-    -- finished within the retention (its string has a time to live), the job is that one
+    -- the key is held (a retry re-points it): by a job still in the store (not one a task has
+    -- dead-lettered already, whose ack is still on its way), or by a job that finished within
+    -- the retention (its string has a time to live): the job is that one
     local old = redis.call('GET', key)
     taken_over = old
     local holder = old and marker_holder(old)
     if dedupe == '1' and holder and holder ~= job_id and
-        (redis.call('HEXISTS', K_RECORDS, holder) == 1 or redis.call('PTTL', key) > 0) then
+        ((redis.call('HEXISTS', K_RECORDS, holder) == 1 and
+          redis.call('HEXISTS', K_DEAD, holder) == 0) or redis.call('PTTL', key) > 0) then
       take_letter()
       return refuse(0, holder)
     end
