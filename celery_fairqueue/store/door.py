@@ -20,7 +20,7 @@ from typing import Any, Self
 from ..settings import FairqueueSettings
 from .client import AnyClient, make_client, operation
 from .deadline import RedisClock
-from .keys import Keys, QueueKeys, decode_id, encode_id
+from .keys import Keys, QueueKeys, decode_id
 from .lua import load_script
 
 EVENTS_CHECK_SECONDS = 5.0  # how often a store asks whether a recorder listens
@@ -164,5 +164,4 @@ class StoreDoor:
     def _wake(self, encoded_account: str, packed: str, config: str) -> None:
         """Store (``packed`` "": drop) an account's own limit and apply it now (wake.lua)."""
         queues = self.known_queues()
-        self._run("wake", [self.keys.queue(q) for q in queues],
-                  [encoded_account, packed, config, *(encode_id(q) for q in queues)])
+        self._run("wake", [self.keys.queue(q) for q in queues], [encoded_account, packed, config])

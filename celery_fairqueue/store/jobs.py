@@ -200,5 +200,4 @@ class Jobs(StoreDoor):
         queues = self.known_queues()
         if not queues:
             return 0
-        return int(self._run("reap", [self.keys.queue(q) for q in queues],
-                             [batch, *(encode_id(q) for q in queues)]))
+        return int(self._run("reap", [self.keys.queue(q) for q in queues], [batch]))

@@ -103,8 +103,7 @@ class Operator(StoreDoor):
         default the store holds now."""
         queues = self.known_queues()
         raw = self._run("set_default_limit", [self.keys.queue(q) for q in queues], [
-            limit.to_json(), limit.pack(self.server_time()), "1" if only_if_unset else "0",
-            *(encode_id(q) for q in queues)])
+            limit.to_json(), limit.pack(self.server_time()), "1" if only_if_unset else "0"])
         return AccountLimit.from_json(raw)
 
     def set_limit(self, account: str, limit: AccountLimit) -> None:

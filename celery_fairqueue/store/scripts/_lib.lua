@@ -67,6 +67,15 @@ local function queue_keys(i)
           wake = base .. 'wake'}
 end
 
+-- Each queue's position in KEYS, by its encoded name (a job's record names its queue).
+local function queue_positions()
+  local index = {}
+  for i = 1, queue_count() do
+    index[queue_keys(i).name] = i
+  end
+  return index
+end
+
 -- The stored formats, each read and built by one helper here (records.py is their Python
 -- codec; keep the two in step).
 
@@ -94,10 +103,14 @@ local function split_record(record)
           envelope = string.sub(record, newline + 1)}
 end
 
-local function make_record(job)
+local function make_header(job)
   return job.queue .. ' ' .. job.account .. ' ' .. job.seq .. ' ' .. job.job_key .. ' ' ..
          job.expires_text .. ' ' .. job.deliveries .. ' ' .. job.owner .. ' ' .. job.started ..
-         ' ' .. job.capped .. '\n' .. job.envelope
+         ' ' .. job.capped
+end
+
+local function make_record(job)
+  return make_header(job) .. '\n' .. job.envelope
 end
 
 local function read_job(job_id)
@@ -454,11 +467,10 @@ local function store_dead(job_id, reason, record, now, job)
   emit('e', 'dead', 'job', job_id, 'at', now, 'reason', reason)
   local header = ''
   if job then
-    header = make_record({queue = job.queue, account = job.account, seq = job.seq,
+    header = make_header({queue = job.queue, account = job.account, seq = job.seq,
                           job_key = job.job_key, expires_text = job.expires_text,
                           deliveries = job.deliveries, owner = '-', started = '-',
-                          capped = '-', envelope = ''})
-    header = string.sub(header, 1, -2)
+                          capped = '-'})
   end
   local letter = cjson.encode({
     job_id = job_id, at = now, reason = reason, record = record or '',

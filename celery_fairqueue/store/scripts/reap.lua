@@ -2,15 +2,12 @@
 -- and drop the registrations of workers that stopped beating; and keep each queue's rotation
 -- (see tend_rotation).
 -- KEYS: global keys, then the keys of every known fair queue.
--- ARGV: [1] batch size, [2..] encoded names of the queues, in the order of their keys.
+-- ARGV: [1] batch size.
 -- Returns the number of jobs returned to ready.
 local batch = tonumber(ARGV[1])
 local now = now_seconds()
 sweep_registry(now)
-local index = {}
-for i = 1, queue_count() do
-  index[ARGV[i + 1]] = i
-end
+local index = queue_positions()
 -- Past this tag the virtual times are shifted back by the floor. A claim moves a tag on by at
 -- most VIRTUAL_TURN (1e6) a job, so between two reaps (seconds apart) the tags stay far below
 -- 2^53, where doubles stop holding every integer: 2^48 leaves room for 2^32 jobs a reap.

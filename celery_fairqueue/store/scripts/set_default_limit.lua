@@ -5,8 +5,7 @@
 -- counts what every account runs again (recount_running), so a default cap counts it now.
 -- KEYS: global keys, then the keys of every known fair queue.
 -- ARGV: [1] the limit as configured (JSON), [2] packed (limits.AccountLimit.pack),
---       [3] "1" to set it only when the store has none, [4..] encoded names of the queues, in
---       the order of their keys.
+--       [3] "1" to set it only when the store has none.
 -- Returns the default as the store holds it after the call (JSON).
 local existing = redis.call('GET', K_DEFAULTLIMIT)
 if existing and ARGV[3] == '1' then
@@ -14,9 +13,5 @@ if existing and ARGV[3] == '1' then
 end
 redis.call('SET', K_DEFAULTLIMIT, ARGV[1])
 redis.call('HSET', K_LIMITS, '*', ARGV[2])
-local index = {}
-for i = 1, queue_count() do
-  index[ARGV[i + 3]] = i
-end
-recount_running(nil, index)
+recount_running(nil, queue_positions())
 return ARGV[1]

@@ -3,15 +3,10 @@
 -- again, so a concurrency cap set now counts it (recount_running).
 -- KEYS: global keys, then the keys of every known fair queue.
 -- ARGV: [1] account (encoded), [2] its limit packed (limits.AccountLimit.pack) or "" to drop its
---       own limit, [3] the limit as configured (JSON), [4..] encoded names of the queues, in
---       the order of their keys.
+--       own limit, [3] the limit as configured (JSON).
 -- Returns the number of queues where the account was deferred.
 local account = ARGV[1]
 local woken = 0
-local index = {}
-for i = 1, queue_count() do
-  index[ARGV[i + 3]] = i
-end
 if ARGV[2] == '' then
   redis.call('HDEL', K_LIMITS, account)
   redis.call('HDEL', K_LIMITCONFIG, account)
@@ -20,7 +15,7 @@ else
   redis.call('HSET', K_LIMITCONFIG, account, ARGV[3])
 end
 redis.call('HDEL', K_BUCKETS, account)
-recount_running(account, index)
+recount_running(account, queue_positions())
 for i = 1, queue_count() do
   local qk = queue_keys(i)
   local state = redis.call('HGET', qk.state, account)
