@@ -24,7 +24,7 @@ from ..states import DeferReason, Reason, ready_and_deferred
 from .core import FairStore
 from .keys import decode_id, encode_id
 from .operator import OperatorPause, parse_pause, pause_field
-from .records import Deferral, JobRecord, ReadyMember, WorkerEntry
+from .records import Deferral, ReadyMember, WorkerEntry
 
 #: Most of an account's ready jobs read to find its oldest (FIFO order within a priority: the
 #: oldest is among the first unless priorities reorder them).
@@ -161,12 +161,10 @@ class ConsoleReader:
         pipe = client.pipeline(transaction=False)
         pipe.zrange(keys.workers, 0, -1, withscores=True)
         pipe.hgetall(keys.worker_info)
-        pipe.zrange(keys.leases, 0, -1)  # as many as the workers' slots
-        registered, infos, leased = pipe.execute()
+        registered, infos = pipe.execute()
         running: dict[str, list[str]] = {}
-        for job_id, job in sorted(zip(leased, self._records(leased), strict=True)):
-            if job is not None and job.owner is not None:
-                running.setdefault(job.owner, []).append(job_id)
+        for job_id, job in sorted(self.store.leased(), key=lambda leased: leased[0]):
+            running.setdefault(job.owner or "", []).append(job_id)
         found = []
         for worker_id, expires in registered:
             raw = infos.get(worker_id)
@@ -194,13 +192,6 @@ class ConsoleReader:
 
     # -- oldest waiting ------------------------------------------------------------------------
 
-    def _records(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
-        """The stored records of ``job_ids`` (None for a job no longer stored)."""
-        if not job_ids:
-            return []
-        raws = self.store.client.hmget(self.store.keys.records, list(job_ids))
-        return [JobRecord.parse(raw) if raw else None for raw in raws]
-
     def _heads(self, queue: str) -> list[tuple[float, str]]:
         """Each account with ready jobs in ``queue`` (those with a state), with since when its
         next job waits (the seq of its FIFO's head), oldest first. One lex range per account,
@@ -213,7 +204,7 @@ class ConsoleReader:
             chunk = accounts[start:start + HEADS_CHUNK]
             pipe = client.pipeline(transaction=False)
             for encoded in chunk:
-                pipe.zrangebylex(qk.ready, f"[{encoded}|", f"({encoded}}}", 0, 1)
+                pipe.zrangebylex(qk.ready, *ReadyMember.encoded_range(encoded), 0, 1)
             for encoded, head in zip(chunk, pipe.execute(), strict=True):
                 since = ReadyMember.parse(head[0]).ready_since if head else None
                 if since is not None:
@@ -247,7 +238,7 @@ class ConsoleReader:
         due = self._due(queue, self.server_time(), scan)
         jobs = sorted((since, account) for since, account in self._heads(queue))
         jobs += [(when, job.account) for (_, when), job in
-                 zip(due, self._records([job_id for job_id, _ in due]), strict=True) if job]
+                 zip(due, self.store.records([job_id for job_id, _ in due]), strict=True) if job]
         found: dict[str, float] = {}
         for since, account in sorted(jobs):
             found.setdefault(account, since)
@@ -316,7 +307,7 @@ class ConsoleReader:
             return 0, None, True
         wanted = normalize_id(account)
         mine = [when for (_, when), job in
-                zip(due, self._records([job_id for job_id, _ in due]), strict=True)
+                zip(due, self.store.records([job_id for job_id, _ in due]), strict=True)
                 if job is not None and job.account == wanted]
         return len(mine), (min(mine) if mine else None), len(due) < DUE_SCAN
 
@@ -356,6 +347,7 @@ class ConsoleReader:
         deferred in FIFO order, then delayed by due time; every known queue."""
         client, keys = self.store.client, self.store.keys
         encoded = encode_id(account)
+        leased = self.store.leased()
         found: list[LiveJob] = []
         for queue in self.queues():
             if len(found) >= limit:
@@ -363,14 +355,12 @@ class ConsoleReader:
             qk = keys.queue(queue)
             pipe = client.pipeline(transaction=False)
             pipe.hget(qk.state, encoded)
-            pipe.zrange(keys.leases, 0, -1)  # as many as run: at most the workers' slots
             pipe.zrangebylex(qk.ready, *ReadyMember.range_of(account), 0, limit)
             pipe.zrange(qk.delayed, 0, DUE_SCAN - 1, withscores=True)
-            state, leased, heads, delayed = pipe.execute()
+            state, heads, delayed = pipe.execute()
             candidates: list[tuple[str, str, float | None, float | None]] = []
-            running = [(job.started, job_id) for job_id, job in
-                       zip(leased, self._records(leased), strict=True)
-                       if job is not None and job.queue == queue and job.started is not None]
+            running = [(job.started, job_id) for job_id, job in leased
+                       if job.queue == queue and job.started is not None]
             candidates += [(job_id, "running", at, None) for at, job_id in sorted(running)]
             kind = "deferred" if state == "p" else "ready"
             members = [ReadyMember.parse(head) for head in heads]
@@ -387,7 +377,7 @@ class ConsoleReader:
             return []
         wanted = decode_id(encoded)
         mine = [(c, job) for c, job in
-                zip(candidates, self._records([c[0] for c in candidates]), strict=True)
+                zip(candidates, self.store.records([c[0] for c in candidates]), strict=True)
                 if job is not None and job.account == wanted][:limit]
         return [LiveJob(job_id=job_id, queue=queue, account=account,
                         task=_task_name(job.envelope or None), state=state, since=since,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from celery import Celery
 
 from ..settings import settings_for
@@ -34,17 +36,28 @@ class FairStore(Jobs, Fleet, Operator):
                 "deferred_accounts": deferred,
                 "paused_accounts": paused_accounts(self.pauses(), queue)}
 
+    def records(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
+        """The stored records of ``job_ids``, RECORDS_CHUNK a round trip (None for a job no
+        longer stored)."""
+        found: list[JobRecord | None] = []
+        for start in range(0, len(job_ids), RECORDS_CHUNK):
+            raws = self.client.hmget(self.keys.records, list(job_ids[start:start + RECORDS_CHUNK]))
+            found += [JobRecord.parse(raw) if raw else None for raw in raws]
+        return found
+
+    def leased(self) -> list[tuple[str, JobRecord]]:
+        """The leased jobs (as many as the workers' slots), by job id, with their records."""
+        job_ids: list[str] = self.client.zrange(self.keys.leases, 0, -1)  # type: ignore[assignment]
+        return [(job_id, job) for job_id, job in zip(job_ids, self.records(job_ids), strict=True)
+                if job is not None and job.leased]
+
     def running(self) -> dict[tuple[str, str], int]:
-        """Leased jobs per (queue, account), counted off the lease set and the jobs' records:
-        as many as the workers' slots. No script keeps this count, but for the accounts with a
-        concurrency cap (QueueKeys.running, for the cap)."""
-        leased: list[str] = self.client.zrange(self.keys.leases, 0, -1)  # type: ignore[assignment]
+        """Leased jobs per (queue, account), counted off the lease set and the jobs' records.
+        No script keeps this count, but for the accounts with a concurrency cap
+        (QueueKeys.running, for the cap)."""
         counts: dict[tuple[str, str], int] = {}
-        for start in range(0, len(leased), RECORDS_CHUNK):
-            for raw in self.client.hmget(self.keys.records, leased[start:start + RECORDS_CHUNK]):
-                job = JobRecord.parse(raw) if raw else None
-                if job is not None and job.leased:
-                    counts[job.queue, job.account] = counts.get((job.queue, job.account), 0) + 1
+        for _, job in self.leased():
+            counts[job.queue, job.account] = counts.get((job.queue, job.account), 0) + 1
         return counts
 
     def stats(self) -> dict[str, int]:

@@ -146,7 +146,11 @@ class ReadyMember:
     @staticmethod
     def range_of(account: str) -> tuple[str, str]:
         """The ZRANGEBYLEX bounds of one account's members (``}`` sorts right after ``|``)."""
-        encoded = encode_id(account)
+        return ReadyMember.encoded_range(encode_id(account))
+
+    @staticmethod
+    def encoded_range(encoded: str) -> tuple[str, str]:
+        """:meth:`range_of` an account already encoded (as the store's hashes name it)."""
         return f"[{encoded}|", f"({encoded}}}"
 
 

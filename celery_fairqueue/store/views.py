@@ -19,7 +19,7 @@ from .console import ConsoleReader, WorkerInfo
 from .core import store_for
 from .keys import QueueKeys, decode_id, encode_id
 from .operator import OperatorPause, paused_accounts
-from .records import Deferral, JobRecord
+from .records import Deferral, JobRecord, ReadyMember
 
 
 def state_of(code: str | None) -> tuple[AccountState, DeferReason | None]:
@@ -199,7 +199,7 @@ class StoreInspector:
               running_of: dict[tuple[str, str], int]) -> list[AccountRow]:
         pipe = self.client.pipeline(transaction=False)
         for name in encoded:
-            pipe.zlexcount(qk.ready, f"[{name}|", f"({name}}}")  # ReadyMember.range_of
+            pipe.zlexcount(qk.ready, *ReadyMember.encoded_range(name))
             pipe.hget(qk.state, name)
             pipe.zscore(qk.deferred, name)
             pipe.hget(self.keys.limit_config, name)

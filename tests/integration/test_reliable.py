@@ -10,7 +10,6 @@ import pytest
 
 from celery_fairqueue import PermanentError
 from celery_fairqueue.store import store_for
-from celery_fairqueue.store.records import JobRecord
 from tests.harness import wait_until
 
 APP = "tests.apps.reliable"
@@ -214,9 +213,7 @@ def test_kill_storm_loses_nothing_and_duplicates_nothing(figure, rel, celery_wor
             rel.storm_job.delay(f"acct{lead % 20}", lead, 0.02)
 
     def leases_of(worker) -> int:
-        leased = redis_client.zrange(store.keys.leases, 0, -1)
-        records = redis_client.hmget(store.keys.records, leased) if leased else []
-        owners = [JobRecord.parse(r).owner or "" for r in records if r]
+        owners = [job.owner or "" for _, job in store.leased()]
         return sum(token.startswith(f"{worker.hostname}/") for token in owners)
 
     rng = random.Random(7)
