@@ -66,6 +66,11 @@ class StoreLayoutError(FairqueueError):
     have drained them (docs/deployment.md, "Upgrading the store layout")."""
 
 
+class ShardCountError(StoreLayoutError, EnqueueError):
+    """The fair store is laid out in another number of shards than ``fairqueue_shards`` says:
+    a worker refuses to start, a producer to enqueue (change it with a reshard)."""
+
+
 class InvalidLimitError(FairqueueError, ValueError):
     """An account limit (rate, burst, concurrency, window, time zone) is malformed."""
 

@@ -16,6 +16,9 @@ from celery import Celery
 from .errors import ConfigurationError, InvalidLimitError
 from .limits import AccountLimit
 
+#: Most shards a store may have (store/shards.py spreads up to this many evenly over the slots).
+MAX_SHARDS = 1024
+
 
 def _setting(default: Any, doc: str) -> Any:
     return field(default=default, metadata={"doc": doc})
@@ -53,6 +56,11 @@ class FairqueueSettings:
         "producers for up to an eighth of fairqueue_enqueue_timeout; fewer raise "
         "StoreUnavailableError), so an acknowledged job survives a failover. 0: do not wait.")
     key_prefix: str = _setting("fairqueue", "Prefix (and Redis Cluster hash tag) of every key.")
+    shards: int = _setting(
+        1, "Shards of the store: each account lives on one (a stable hash of its id), each "
+        "shard under its own hash tag, so a Redis Cluster spreads them over its primaries. "
+        "1: one hash tag, one Redis core. Every worker and producer must agree with the "
+        "store's; change it with `celery -A proj fairqueue reshard --to N`.")
     lease_seconds: float = _setting(
         60.0, "How long a claimed job stays leased without a heartbeat before it is reaped.")
     heartbeat_interval: float = _setting(
@@ -130,6 +138,8 @@ class FairqueueSettings:
                      "job_retention", "enqueue_timeout", "max_retry_delay"):
             if not getattr(self, name) > 0 or getattr(self, name) == float("inf"):
                 raise ConfigurationError(f"fairqueue_{name} must be positive and finite")
+        if not 1 <= self.shards <= MAX_SHARDS:
+            raise ConfigurationError(f"fairqueue_shards must be 1 to {MAX_SHARDS}")
         for name in ("claim_batch", "promote_batch", "max_skips", "max_deliveries",
                      "max_payload_bytes"):
             if getattr(self, name) < 1:

@@ -266,7 +266,11 @@ class ReliableTask(Task):
         return result
 
     def _store(self) -> FairStore:
-        return store_for(self.app)
+        """The store, or the shard of the running job's account: its markers, its dead
+        letter and its events live there."""
+        store = store_for(self.app)
+        account = getattr(self.request, ACCOUNT_HEADER, None)
+        return store.shard_for(str(account)) if account is not None else store
 
     def _emit(self, type: str, **fields: Any) -> None:
         """Record a transition for the recorder; a store that fails costs the record, not the

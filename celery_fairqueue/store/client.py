@@ -302,6 +302,11 @@ def make_client(url: str, socket_timeout: float = 10.0, retries: int = 6,
     return client
 
 
+def is_cluster(client: AnyClient) -> bool:
+    """Whether ``client`` is a Redis Cluster's (see cluster.py)."""
+    return not isinstance(client, StoreClient)
+
+
 class StoreSentinelPool(SentinelConnectionPool):
     """redis-py's sentinel pool, which asks the sentinels where the primary is only when it
     opens a connection; this one also asks, at most every :data:`MASTER_CHECK_SECONDS`, when it

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 
 from celery import Celery
 
-from ..settings import settings_for
+from ..settings import FairqueueSettings, settings_for
 from .fleet import Fleet
 from .jobs import Jobs
 from .operator import Operator, paused_accounts
@@ -18,7 +19,21 @@ RECORDS_CHUNK = 500
 
 class FairStore(Jobs, Fleet, Operator):
     """Enqueue, claim and settle (Jobs), the worker registry (Fleet) and the operator's
-    controls (Operator), over one Redis (StoreDoor)."""
+    controls (Operator), over one Redis (StoreDoor): a store of one shard, or one shard of a
+    sharded store (sharded.py)."""
+
+    @cached_property
+    def shards(self) -> list[FairStore]:
+        """The store's shards, each a FairStore: this one alone, unsharded."""
+        return [self]
+
+    def shard_for(self, account: str) -> FairStore:
+        """The shard that holds everything about ``account``."""
+        return self
+
+    def woken(self, channel: str) -> None:
+        """A queue's wake channel signalled work (wakeups.py); a sharded store notes which
+        shard's."""
 
     # what a queue holds now, across the roles (the metrics and the console read it)
 
@@ -64,11 +79,18 @@ class FairStore(Jobs, Fleet, Operator):
         return {str(k): int(v) for k, v in self.client.hgetall(self.keys.stats).items()}
 
 
+def open_store(settings: FairqueueSettings, *, fail_fast: bool = False) -> FairStore:
+    """The fair store of ``settings``: of one shard, or of ``fairqueue_shards`` (sharded.py)."""
+    from .sharded import ShardedStore  # sharded.py builds on this module
+    kind = ShardedStore if settings.shards > 1 else FairStore
+    return kind.from_settings(settings, fail_fast=fail_fast)
+
+
 def store_for(app: Celery) -> FairStore:
     """The fair store of ``app``, created once per app (redis-py reconnects after fork)."""
     store = getattr(app, "_fairqueue_store", None)
     if store is None:
-        store = FairStore.from_settings(settings_for(app))
+        store = open_store(settings_for(app))
         app._fairqueue_store = store
     return store
 

@@ -17,13 +17,15 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any, Self
 
+from ..errors import ShardCountError
 from ..settings import FairqueueSettings
-from .client import AnyClient, make_client, operation
+from .client import AnyClient, is_cluster, make_client, operation
 from .deadline import RedisClock
 from .keys import Keys, QueueKeys, decode_id
 from .lua import load_script
 
 EVENTS_CHECK_SECONDS = 5.0  # how often a store asks whether a recorder listens
+SHARDS_CHECK_SECONDS = 60.0  # how often a store asks how many shards the store has
 
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "wake", "bury", "emit",
                 "take_dead", "restore_dead", "purge_dead", "give_back", "cancel", "pause",
@@ -61,6 +63,10 @@ class StoreDoor:
                           for name, source in sources.items()}
         self._emits = {name: source.events for name, source in sources.items()}
         self._recording = False
+        self._shards_checked = float("-inf")
+        # the scripts' MODE: a recorder listens, the store has shards, on a cluster
+        shape = ("1" if settings.shards > 1 else "0") + ("1" if is_cluster(client) else "0")
+        self._mode_recording, self._mode_quiet = (f"1{shape}".encode(), f"0{shape}".encode())
         self._recording_checked = float("-inf")
         self.redis_clock = RedisClock(self.server_time)  # the producer's deadlines
 
@@ -89,10 +95,10 @@ class StoreDoor:
 
     def _args_for(self, name: str, args: Sequence[Any]) -> list[Any]:
         """The arguments of one call of script ``name``, wired; a script that emits events
-        gets last whether a recorder listens (see emit in _lib.lua)."""
+        gets last the store's mode (see lua.py)."""
         wired = [wire(a) for a in args]
         if self._emits[name]:
-            wired.append(b"1" if self.recording() else b"0")
+            wired.append(self._mode_recording if self.recording() else self._mode_quiet)
         return wired
 
     def recording(self) -> bool:
@@ -137,6 +143,29 @@ class StoreDoor:
             if batch:
                 results.extend(self.client.run_scripts(script, batch))
         return results
+
+    def check_shards(self) -> None:
+        """Raise ShardCountError unless the store is laid out in ``fairqueue_shards`` shards, as
+        its home records (asked at most once a minute). A store that records none is of one
+        shard, or, empty, takes this one's number."""
+        now = time.monotonic()
+        if now - self._shards_checked < SHARDS_CHECK_SECONDS:
+            return
+        wanted = self.settings.shards
+        home = Keys(self.keys.prefix)
+        held = str(self.client.get(home.shard_count) or "")
+        if not held and wanted > 1:
+            if not self.client.hlen(home.records):
+                self.client.set(home.shard_count, wanted, nx=True)
+            held = str(self.client.get(home.shard_count) or "")
+        held = held or "1"
+        if int(held) != wanted:
+            raise ShardCountError(
+                f"the fair store {self.keys.prefix!r} is laid out in {held} shard(s), and "
+                f"this process says fairqueue_shards = {wanted}: set fairqueue_shards = "
+                f"{held}, or move the store with `celery -A proj fairqueue reshard --to "
+                f"{wanted}` (docs/deployment.md)")
+        self._shards_checked = now
 
     def known_queues(self) -> list[str]:
         return sorted(decode_id(q) for q in self.client.smembers(self.keys.queues))

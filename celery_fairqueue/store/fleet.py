@@ -65,11 +65,13 @@ class Fleet(StoreDoor):
         returns the ids whose lease it lost."""
         return self.beat(worker_id, registration, job_ids).lost
 
-    def beat(self, worker_id: str, registration: WorkerRegistration,
+    def beat(self, worker_id: str, registration: WorkerRegistration | None,
              job_ids: Sequence[str]) -> Beat:
         """:meth:`heartbeat`, also reading the store's instance id and the number of live
-        workers: a worker's whole beat in one round trip."""
+        workers: a worker's whole beat in one round trip. No ``registration``: the leases
+        only (a shard other than the home one, which holds the registry)."""
         lost, instance, workers = self._run("heartbeat", [], [
-            worker_id, self.settings.lease_seconds, registration.to_json(), self.registry_ttl(),
+            worker_id, self.settings.lease_seconds,
+            registration.to_json() if registration is not None else "", self.registry_ttl(),
             uuid.uuid4().hex, *job_ids])
         return Beat(lost=list(lost), instance=str(instance), live_workers=int(workers))

@@ -51,6 +51,7 @@ class EnqueueResult:
 class Claim:
     leases: list[Lease]
     next_due: float | None  # seconds until a deferred account or delayed job is due
+    runnable: int = 0  # the summed weights of the accounts that can run now (sharded store)
     expired: list[Lease] = field(default_factory=list)  # dropped, past Celery's expires
     lost: list[str] = field(default_factory=list)  # acked jobs whose lease was lost
 
@@ -80,6 +81,7 @@ class Jobs(StoreDoor):
         the same step, or :class:`DeadLetterNotFound` says someone else took it first.
         ``priority`` (0-9, 0 first) orders the job among its account's own. Past ``expires``
         (epoch seconds) the claim drops the job instead of running it."""
+        self.check_shards()
         args = self._enqueue_args(queue=queue, account=account, job_id=job_id,
                                   envelope=envelope, due=due, job_key=job_key, dedupe=dedupe,
                                   task=task, shown_args=shown_args, replays=replays,
@@ -136,8 +138,9 @@ class Jobs(StoreDoor):
             *(arg for ack in acks for arg in ack.ack_args(position[ack.queue])),
         ])
         next_due = float(flat[0])
-        claim = Claim([], next_due if next_due >= 0 else None, lost=list(flat[1]))
-        for n in range(2, len(flat), 7):
+        claim = Claim([], next_due if next_due >= 0 else None, runnable=int(flat[2]),
+                      lost=list(flat[1]))
+        for n in range(3, len(flat), 7):
             index = int(flat[n])  # negated for an expired job the claim dropped
             lease = Lease(self, token, queue=names[abs(index) - 1], job_id=flat[n + 1],
                           envelope=flat[n + 2], deliveries=int(flat[n + 3]),

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..protocol import MAX_ID_LENGTH, NO_JOB_KEY, decode_id, encode_id
+from .shards import shard_tag
 
 __all__ = ["MAX_ID_LENGTH", "Keys", "QueueKeys", "decode_id", "encode_id", "encode_job_key"]
 
@@ -35,7 +36,7 @@ GLOBAL_KEY_NAMES = ("records", "leases", "limits", "buckets", "queues", "stats",
 #: id never is "*" (encode_id escapes it).
 DEFAULT_LIMIT_FIELD = "*"
 QUEUE_KEY_NAMES = ("state", "ready", "deferred", "delayed", "running", "ndelayed", "deferrals",
-                   "tags", "finish")
+                   "tags", "finish", "weight")
 #: The keys of the layout before records: a store holding jobs in them must be
 #: drained by the version that wrote them (see Keys.legacy_jobs and docs/deployment.md); its
 #: idempotency records (marker JSON by key, done time by key, job id by key) are adopted into
@@ -69,6 +70,8 @@ class QueueKeys:
     finish: str  # sorted set account -> virtual tag it left the rotation with when it ran out
     #             of ready jobs: it rejoins no earlier; trimmed by reap, emptied with the
     #             rotation (virtual time starts again at 0 when no account waits)
+    weight: str  # in a sharded store: the summed weights of the accounts in the rotation (its
+    #             runnable weight, which the claim returns; see join_rotation)
 
     @cached_property
     def keys(self) -> tuple[str, ...]:
@@ -84,14 +87,16 @@ class QueueKeys:
 
 
 class Keys:
-    """All key names under one prefix, e.g. ``{fairqueue}:jobs``."""
+    """All key names of one shard of the store ``prefix``, e.g. ``{fairqueue}:records``: shard
+    0, the store's home, under the prefix itself (see shards.py)."""
 
-    def __init__(self, prefix: str = "fairqueue") -> None:
+    def __init__(self, prefix: str = "fairqueue", shard: int = 0) -> None:
         if not prefix or any(c in prefix for c in "{}\n\r "):
             raise ValueError(
                 f"fairqueue_key_prefix {prefix!r} must be non-empty, no braces or spaces")
         self.prefix = prefix
-        self.tag = "{" + prefix + "}"
+        self.shard = shard
+        self.tag = "{" + shard_tag(prefix, shard) + "}"
         self._queues: dict[str, QueueKeys] = {}
 
     def _key(self, name: str) -> str:
@@ -186,6 +191,12 @@ class Keys:
     def worker_info(self) -> str:
         """Hash worker id -> "heartbeat JSON" (name, queues, slots) of a live worker."""
         return self._key("workerinfo")
+
+    @cached_property
+    def shard_count(self) -> str:
+        """The number of shards the store is laid out in (``fairqueue_shards``), on its home
+        shard: written by the first worker or producer, changed only by a reshard."""
+        return self._key("shards")
 
     @cached_property
     def legacy_jobs(self) -> str:

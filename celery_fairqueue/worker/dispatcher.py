@@ -24,7 +24,8 @@ from celery.worker import state as worker_state
 
 from ..errors import FairqueueError, StoreLayoutError
 from ..settings import settings_for
-from ..store import GIVE_BACK_SECONDS, FairStore, Lease, WorkerRegistration, display_url
+from ..store import GIVE_BACK_SECONDS, Lease, WorkerRegistration, display_url
+from ..store.core import open_store
 from ..store.leases import lost_before_settled
 from ..store.upgrade import require_current_layout
 from .channel import lease_message, read_envelope
@@ -43,7 +44,7 @@ class FairDispatcher:
         self.consumer = consumer
         self.app = consumer.app
         self.settings = settings_for(self.app)
-        self.store = FairStore.from_settings(self.settings, fail_fast=True)
+        self.store = open_store(self.settings, fail_fast=True)
         self.token = f"{consumer.hostname}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
         self.held: dict[str, Lease] = {}
         self._acks: deque[Lease] = deque()  # settled by the next claim (pool threads append)
@@ -201,6 +202,7 @@ class FairDispatcher:
         the store cannot be reached (the next claim asks again). Raises StoreLayoutError while
         the store holds jobs of the previous layout."""
         try:
+            self.store.check_shards()
             adopted = require_current_layout(self.store)
         except StoreLayoutError:
             raise

@@ -52,7 +52,8 @@ from django.db import (
 from ...errors import StoreUnavailableError
 from ...protocol import Event
 from ...settings import settings_for
-from ...store import EventReader, FairStore, Leadership
+from ...store import EventReader, Leadership
+from ...store.core import open_store
 from . import writer
 from .fold import NO_OUTCOME, Fold
 from .models import Job
@@ -78,7 +79,7 @@ class Recorder:
                  max_backoff: float = 5.0) -> None:
         self.app = app
         # a worker's store: quick to give up, since the loop backs off and reads again
-        self.store = FairStore.from_settings(settings_for(app), fail_fast=True)
+        self.store = open_store(settings_for(app), fail_fast=True)
         self.reader = EventReader(self.store, consumer_name or default_consumer_name())
         self.batch = batch
         self.block_ms = block_ms

@@ -63,7 +63,8 @@ local function queue_keys(i)
   return {state = state, ready = base .. 'ready', deferred = base .. 'deferred',
           delayed = base .. 'delayed', running = base .. 'running',
           ndelayed = base .. 'ndelayed', deferrals = base .. 'deferrals', tags = base .. 'tags',
-          finish = base .. 'finish', name = string.match(state, ':queue:([^:]+):state$'),
+          finish = base .. 'finish', weight = base .. 'weight',
+          name = string.match(state, ':queue:([^:]+):state$'),
           wake = base .. 'wake'}
 end
 
@@ -147,7 +148,8 @@ local function split_member(member)
   return string.match(member, '^([^|]*)|([^|]*)|(.*)$')
 end
 
--- A rotation member (QueueKeys.tags) is "stamp account": the stamp orders accounts of equal
+-- A rotation member (QueueKeys.tags) is "stamp account", and " weight" after it in a sharded
+-- store when the weight is not 1 (see join_rotation): the stamp orders accounts of equal
 -- virtual tags by when they got it, first come first served. It is Redis time in microseconds
 -- (9 digits) and a count within the script (2 digits), in base 62 with digits in ASCII order,
 -- so that lex order is time order (until the year 2398); short, as every account waiting in a
@@ -165,14 +167,17 @@ local function base62(n, width)
   return out
 end
 
-local function rotation_member(account)
+local function rotation_member(account, weight)
   now_seconds()
   stamps = stamps + 1
-  return base62(clock_micros, 9) .. base62(stamps, 2) .. ' ' .. account
+  local member = base62(clock_micros, 9) .. base62(stamps, 2) .. ' ' .. account
+  return (SHARDED and weight ~= 1) and (member .. ' ' .. weight) or member
 end
 
+-- The account and the weight it joined with.
 local function split_rotation_member(member)
-  return string.match(member, '^%w+ (%S+)$')
+  local account, weight = string.match(member, '^%w+ (%S+) ?(%d*)$')
+  return account, tonumber(weight) or 1
 end
 
 -- A packed limit is "rate burst concurrency windows weight" (limits.AccountLimit.pack): rate in
@@ -296,6 +301,21 @@ local VIRTUAL_TURN = 1000000
 -- a rate-limited account cost a claim per idle worker).
 local held_wakes = nil
 
+-- The weight of an account (its own limit's, or the store's default limit's).
+local function account_weight(account)
+  local packed = redis.call('HGET', K_LIMITS, account) or redis.call('HGET', K_LIMITS, '*')
+  return packed and select(5, split_limit(packed)) or 1
+end
+
+-- Wake a queue's idle workers (worker/wakeups.py): on its shard's own channel on a cluster
+-- (sharded pub/sub: a plain PUBLISH is copied to every node of the cluster).
+local function wake_queue(qk, why)
+  redis.call(SPUBLISHING and 'SPUBLISH' or 'PUBLISH', qk.wake, why)
+end
+
+-- In a sharded store the rotation keeps its runnable weight (qk.weight: the sum of the weights
+-- its accounts joined with), which each claim returns: the workers choose a shard by it
+-- (store/sharded.py), so that an account's share does not depend on how crowded its shard is.
 local function join_rotation(qk, account, front)
   local head = redis.call('ZRANGE', qk.tags, 0, 0, 'WITHSCORES')
   local tag = tonumber(head[2] or '0')
@@ -307,7 +327,7 @@ local function join_rotation(qk, account, front)
     if held_wakes then
       held_wakes[qk.wake] = qk
     else
-      redis.call('PUBLISH', qk.wake, 'ready')
+      wake_queue(qk, 'ready')
     end
   else
     local left = redis.call('ZSCORE', qk.finish, account)
@@ -316,7 +336,11 @@ local function join_rotation(qk, account, front)
       tag = math.max(tag, tonumber(left))
     end
   end
-  redis.call('ZADD', qk.tags, tag, rotation_member(account))
+  local weight = SHARDED and account_weight(account) or 1
+  if SHARDED then
+    redis.call('INCRBY', qk.weight, weight)
+  end
+  redis.call('ZADD', qk.tags, tag, rotation_member(account, weight))
 end
 
 -- Whether the account has ready jobs in the queue.
@@ -405,7 +429,7 @@ local function make_delayed(qk, account, job_id, due)
     redis.call('HINCRBY', qk.ndelayed, account, 1)
   end
   if redis.call('ZRANGE', qk.delayed, 0, 0)[1] == job_id then
-    redis.call('PUBLISH', qk.wake, 'due')
+    wake_queue(qk, 'due')
   end
 end
 

@@ -15,7 +15,8 @@
 --       acks, then n times: queue index, job_id, business key as stored ("-": none), "1" if it
 --       succeeded (see ack_job in _lib.lua).
 -- Returns a flat list: seconds until the next deferred account or delayed job is due (-1: none),
--- the list of acked job ids whose lease was lost, then per job: queue index, job_id, envelope,
+-- the list of acked job ids whose lease was lost, the runnable weight of the queues claimed from
+-- (in a sharded store, else 0: see join_rotation), then per job: queue index, job_id, envelope,
 -- deliveries, account, business key as stored, and its idempotency marker as it was before
 -- this claim wrote the started one ('' when none). A job whose Celery ``expires`` has passed
 -- is dropped from the store when it comes up, before any limit is asked (it takes no slot and
@@ -170,13 +171,14 @@ end
 -- the account to its limit (its last token, its last slot under the cap): it leaves the
 -- rotation now, remembering ``tag`` too, and the caller defers it; left in, it would come up
 -- at its next turn only to be skipped, a wasted step of every claim per job of it.
-local function take_head(qk, account, head, more, tag, held)
+local function take_head(qk, account, head, more, tag, held, weight)
   redis.call('ZREM', qk.ready, head)
   if more then
     if held then
       redis.call('ZADD', qk.finish, tag, account)
     else
-      redis.call('ZADD', qk.tags, tag, rotation_member(account))
+      redis.call('ZADD', qk.tags, tag, rotation_member(account, weight))
+      qk.weight_change = qk.weight_change + weight
     end
   else
     redis.call('HDEL', qk.state, account)
@@ -184,10 +186,11 @@ local function take_head(qk, account, head, more, tag, held)
   end
 end
 
--- Try the account at the head of the rotation (its virtual tag ``tag``, just popped): returns
+-- Try the account at the head of the rotation (its virtual tag ``tag`` and the weight it joined
+-- with, just popped): returns
 -- job_id, envelope, deliveries, business key, marker or nil; or job_id, envelope, 'expired' for
 -- an expired job it dropped. Every nil leaves the account out of the rotation.
-local function claim_from(qk, account, tag)
+local function claim_from(qk, account, tag, joined_weight)
   local low, high = member_range(account)
   local heads = redis.call('ZRANGEBYLEX', qk.ready, low, high, 'LIMIT', 0, 2)
   local head, more = heads[1], heads[2] ~= nil
@@ -200,7 +203,7 @@ local function claim_from(qk, account, tag)
   local job = read_job(job_id)
   -- past Celery's expires: out of the store (its account keeps its tag: nothing ran)
   if job and job.expires and job.expires <= now then
-    take_head(qk, account, head, more, tag)
+    take_head(qk, account, head, more, tag, nil, joined_weight)
     free_key(job.job_key, job_id)
     redis.call('HDEL', K_RECORDS, job_id)
     redis.call('HINCRBY', K_STATS, 'expired', 1)
@@ -234,7 +237,7 @@ local function claim_from(qk, account, tag)
 
   local capped = cap > 0 and running + 1 >= cap
   local held = more and (next_token or capped)
-  take_head(qk, account, head, more, next_tag(tag, weight), held)
+  take_head(qk, account, head, more, next_tag(tag, weight), held, weight)
   local poison = nil
   if not job then
     poison = 'the stored message is missing'
@@ -268,10 +271,12 @@ local function claim_from(qk, account, tag)
   return job_id, job.envelope, job.deliveries, job.job_key, marker
 end
 
-local out, claimed, skips, live, empty = {-1, lost}, 0, 0, nq, {}
+local out, claimed, skips, live, empty = {-1, lost, 0}, 0, 0, nq, {}
 for i = 1, nq do
   promote(queue_at(i))
+  queues[i].weight_change = 0
   if queue_paused(queues[i]) then
+    queues[i].paused = true
     empty[i] = true  -- paused by an operator: its jobs stay ready
     live = live - 1
   end
@@ -283,13 +288,23 @@ while claimed < want and live > 0 and skips <= max_skips do
   if not empty[i] then
     local qk = queues[i]
     local popped = redis.call('ZPOPMIN', qk.tags)
-    local account, tag = popped[1] and split_rotation_member(popped[1]), tonumber(popped[2])
+    local account, joined_weight
+    if popped[1] then
+      account, joined_weight = split_rotation_member(popped[1])
+    end
+    local tag = tonumber(popped[2])
     if not account then
       redis.call('DEL', qk.finish)  -- no account waits: virtual time starts again
+      if SHARDED then
+        redis.call('SET', qk.weight, 0)  -- and its weight is none, exactly
+        qk.weight_change = 0
+      end
       empty[i] = true
       live = live - 1
     else
-      local job_id, envelope, deliveries, job_key, marker = claim_from(qk, account, tag)
+      qk.weight_change = qk.weight_change - joined_weight
+      local job_id, envelope, deliveries, job_key, marker = claim_from(qk, account, tag,
+                                                                       joined_weight)
       if deliveries == 'expired' then
         skips = skips + 1  -- bounded like a skip; the worker records it, nothing runs
         for _, v in ipairs({-i, job_id, envelope, 0, account, '-', ''}) do out[#out + 1] = v end
@@ -318,10 +333,21 @@ if next_due then
   out[1] = string.format('%.6f', math.max(0, next_due - now))
 end
 -- a rotation this claim filled (promotions) and left work in: the other idle workers take it
-for wake, qk in pairs(held_wakes) do
+for _, qk in pairs(held_wakes) do
   if redis.call('ZCARD', qk.tags) > 0 then
-    redis.call('PUBLISH', wake, 'ready')
+    wake_queue(qk, 'ready')
   end
+end
+-- what the queues claimed from can run now, by weight, for the worker's choice of a shard
+if SHARDED then
+  local runnable = 0
+  for n = 1, nq do
+    local weight = redis.call('INCRBY', queues[n].weight, queues[n].weight_change)
+    if not queues[n].paused then
+      runnable = runnable + weight
+    end
+  end
+  out[3] = runnable
 end
 -- stopped by max_skips with accounts still in rotation: ask again at once, not a poll later
 if claimed < want and live > 0 and skips > max_skips then

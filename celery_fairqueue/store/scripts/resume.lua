@@ -16,7 +16,7 @@ if account ~= '' then
 else
   -- a queue's pause ends: its rotation never emptied, so its idle workers are woken here
   for i = 1, queue_count() do
-    redis.call('PUBLISH', queue_keys(i).wake, 'ready')
+    wake_queue(queue_keys(i), 'ready')
   end
 end
 return existed

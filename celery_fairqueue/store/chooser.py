@@ -1,0 +1,66 @@
+"""Which shard a worker claims from next: stride scheduling by each shard's runnable weight.
+
+Each claim returns its shard's runnable weight W (the summed weights of its accounts that can
+run now). A shard's pass moves on by jobs / W for the jobs claimed there, and the worker claims
+from the shard of the lowest pass: so each shard gets jobs in proportion to its W, and within
+a shard its rotation gives each account jobs in proportion to its weight, so an account's share
+of the whole store is its weight over the sum, wherever it lives. A shard that comes back to
+work joins at the lowest pass of those that have work: it neither banks turns while idle nor
+jumps the others, as an account joins its rotation.
+
+A shard of unknown weight is asked first: never asked yet, woken on its channel (new work), due
+(a deferred account or delayed job), or not asked for a poll interval (a missed wake-up).
+"""
+
+from __future__ import annotations
+
+import math
+
+
+class ShardChooser:
+    """One worker's view of its shards' runnable weights, and its choice among them."""
+
+    def __init__(self, shards: int, poll_interval: float) -> None:
+        self.poll_interval = poll_interval
+        self.weights: list[int | None] = [None] * shards  # None: unknown, ask it
+        self.passes = [0.0] * shards
+        self.due = [math.inf] * shards  # monotonic time a shard's deferred work is due
+        self.asked = [-math.inf] * shards  # monotonic time it was last asked
+
+    def _unknown(self, n: int, now: float) -> bool:
+        return (self.weights[n] is None or self.due[n] <= now
+                or now - self.asked[n] >= self.poll_interval)
+
+    def pick(self, now: float, tried: set[int]) -> int | None:
+        """The shard to claim from now, none of ``tried``; None when none has work."""
+        candidates = [n for n in range(len(self.weights)) if n not in tried]
+        unknown = [n for n in candidates if self._unknown(n, now)]
+        if unknown:
+            return min(unknown, key=lambda n: (self.asked[n], n))
+        runnable = [n for n in candidates if (self.weights[n] or 0) > 0]
+        return min(runnable, key=lambda n: (self.passes[n], n)) if runnable else None
+
+    def claimed(self, n: int, jobs: int, runnable: int, next_due: float | None,
+                now: float) -> None:
+        """A claim on shard ``n`` leased ``jobs`` and left it ``runnable`` by weight; its next
+        deferred account or delayed job is due in ``next_due`` seconds."""
+        before = self.weights[n] or 0
+        if before <= 0 < runnable or self.weights[n] is None:  # back to work: no banked turns
+            others = [self.passes[k] for k, w in enumerate(self.weights)
+                      if k != n and (w or 0) > 0]
+            if others:
+                self.passes[n] = max(self.passes[n], min(others))
+        self.passes[n] += jobs / max(runnable, before, 1)
+        self.weights[n] = runnable
+        self.asked[n] = now
+        self.due[n] = now + next_due if next_due is not None else math.inf
+
+    def woken(self, n: int) -> None:
+        """Shard ``n`` signalled new work: its weight is unknown until it is asked."""
+        self.weights[n] = None
+
+    def next_due(self, now: float) -> float | None:
+        """Seconds until some shard's deferred account or delayed job is due (as a claim of one
+        store says), or None."""
+        due = min(self.due)
+        return max(0.0, due - now) if due < math.inf else None

@@ -1,0 +1,255 @@
+"""A store of S shards (``fairqueue_shards`` > 1): one FairStore per shard, and the routing.
+
+Each shard is a whole store under its own hash tag (keys.Keys, shards.py), so every script
+still runs on one shard; an account lives on one shard, so its limits stay exact. This object
+is the store's home shard (shard 0) as a FairStore, with the calls that span shards routed:
+an account's calls to its shard, a job's to the shard that holds it (a lease carries its
+shard's store; a lookup by task id asks each shard for the ids, scanning no jobs), what is
+store-wide to the home (the worker registry, the store's S, the default limit as set, and a
+queue's operator pause, which every shard keeps a copy of for its claim), and the readings of
+the whole store summed over the shards.
+
+The workers choose a shard to claim from by its runnable weight, the summed weights of its
+accounts that can run now, which every claim returns (chooser.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..limits import AccountLimit
+from ..settings import FairqueueSettings
+from .chooser import ShardChooser
+from .client import AnyClient
+from .core import FairStore
+from .fleet import Beat, WorkerRegistration
+from .jobs import Claim, EnqueueResult
+from .keys import Keys
+from .leases import Lease
+from .operator import OperatorPause
+from .records import JobRecord
+from .shards import account_shard
+
+
+class ShardedStore(FairStore):
+    """The store's S shards (``shards``), routed; itself the home shard's FairStore."""
+
+    def __init__(self, client: AnyClient, keys: Keys, settings: FairqueueSettings) -> None:
+        super().__init__(client, keys, settings)
+        count = settings.shards
+        self.shards = [FairStore(client, Keys(keys.prefix, n), settings) for n in range(count)]
+        self._by_tag = {shard.keys.tag: n for n, shard in enumerate(self.shards)}
+        self._chooser = ShardChooser(count, settings.poll_interval)
+        self._job_shard: dict[str, int] = {}  # leased job id -> its shard (see beat)
+
+    def shard_for(self, account: str) -> FairStore:
+        return self.shards[account_shard(account, len(self.shards))]
+
+    def shard_of_key(self, key: str) -> int:
+        """The shard a key or wake channel of this store belongs to, by its hash tag."""
+        return self._by_tag[key[:key.index("}") + 1]]
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def enqueue(self, *, account: str, **job: Any) -> EnqueueResult:
+        return self.shard_for(account).enqueue(account=account, **job)
+
+    def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
+              first: int = 0, acks: Sequence[Lease] = ()) -> Claim:
+        """Lease up to ``want`` jobs from the shards the chooser names, in turn, and settle
+        ``acks`` on their own shards (riding with a claim there, or alone)."""
+        want = min(want, self.settings.claim_batch) if queues else 0
+        by_shard: dict[int, list[Lease]] = {}
+        for lease in acks:
+            by_shard.setdefault(self._by_tag[lease.store.keys.tag], []).append(lease)
+        leases: list[Lease] = []
+        expired: list[Lease] = []
+        lost: list[str] = []
+        tried: set[int] = set()
+        runnable = 0
+        while want > len(leases):
+            now = time.monotonic()
+            n = self._chooser.pick(now, tried)
+            if n is None:
+                break
+            tried.add(n)
+            got = self.shards[n].claim(queues, want - len(leases), token, default_limit,
+                                       first, by_shard.pop(n, ()))
+            self._chooser.claimed(n, len(got.leases), got.runnable, got.next_due, now)
+            leases += got.leases
+            expired += got.expired
+            lost += got.lost
+            runnable += got.runnable
+        for n, settling in by_shard.items():  # acks of shards not claimed from
+            lost += self.shards[n].claim([], 0, token, "", acks=settling).lost
+        for lease in leases:
+            self._job_shard[lease.job_id] = self._by_tag[lease.store.keys.tag]
+        return Claim(leases, self._chooser.next_due(time.monotonic()), runnable=runnable,
+                     expired=expired, lost=lost)
+
+    def woken(self, channel: str) -> None:
+        """A shard signalled work on its wake channel (worker/wakeups.py): ask it next."""
+        self._chooser.woken(self.shard_of_key(channel))
+
+    def bury(self, job_id: str, reason: str, record: dict[str, Any] | None = None) -> None:
+        account = (record or {}).get("account")
+        shard = self.shard_for(str(account)) if account is not None else self
+        FairStore.bury(shard, job_id, reason, record)
+
+    def reap(self, batch: int = 500) -> int:
+        return sum(FairStore.reap(shard, batch) for shard in self.shards)
+
+    # -- the fleet -------------------------------------------------------------------------
+
+    def beat(self, worker_id: str, registration: WorkerRegistration | None,
+             job_ids: Sequence[str]) -> Beat:
+        """The registration renewed at the home shard, each leased job's lease on its own
+        (one of unknown shard, on every shard: it is lost where none holds it)."""
+        known = {job_id: self._job_shard[job_id] for job_id in job_ids
+                 if job_id in self._job_shard}
+        self._job_shard = known  # the jobs no longer held are forgotten
+        unknown = [job_id for job_id in job_ids if job_id not in known]
+        lost_everywhere: set[str] | None = None
+        lost: list[str] = []
+        instances: list[str] = []
+        live = 0
+        for n, shard in enumerate(self.shards):
+            mine = [job_id for job_id, at in known.items() if at == n]
+            beat = shard.beat(worker_id, registration if n == 0 else None, mine + unknown)
+            lost += [job_id for job_id in beat.lost if job_id in known]
+            missing = set(beat.lost) & set(unknown)
+            lost_everywhere = missing if lost_everywhere is None else lost_everywhere & missing
+            instances.append(beat.instance)
+            live = live or beat.live_workers
+        return Beat(lost=lost + sorted(lost_everywhere or ()), instance=",".join(instances),
+                    live_workers=live)
+
+    def instance(self) -> str:
+        """The shards' instance ids: one of them new means that shard lost its data."""
+        return ",".join(FairStore.instance(shard) for shard in self.shards)
+
+    # -- the operator ----------------------------------------------------------------------
+
+    def set_default_limit(self, limit: AccountLimit, *, only_if_unset: bool = False
+                          ) -> AccountLimit:
+        """Set at the home shard, then copied to every other shard's claim."""
+        held = FairStore.set_default_limit(self, limit, only_if_unset=only_if_unset)
+        for shard in self.shards[1:]:
+            shard.set_default_limit(held)
+        return held
+
+    def set_limit(self, account: str, limit: AccountLimit) -> None:
+        self.shard_for(account).set_limit(account, limit)
+
+    def clear_limit(self, account: str) -> None:
+        self.shard_for(account).clear_limit(account)
+
+    def get_limit(self, account: str) -> AccountLimit | None:
+        return self.shard_for(account).get_limit(account)
+
+    def limits(self) -> Iterator[tuple[str, AccountLimit]]:
+        for shard in self.shards:
+            yield from FairStore.limits(shard)
+
+    def refresh_windows(self) -> int:
+        return sum(FairStore.refresh_windows(shard) for shard in self.shards)
+
+    def deliveries_of(self, task_id: str) -> Iterator[tuple[str, str]]:
+        for shard in self.shards:
+            yield from FairStore.deliveries_of(shard, task_id)
+
+    def cancel(self, task_id: str) -> list[str]:
+        return [job_id for shard in self.shards for job_id in FairStore.cancel(shard, task_id)]
+
+    def run_now(self, task_id: str) -> list[str]:
+        return [job_id for shard in self.shards for job_id in FairStore.run_now(shard, task_id)]
+
+    def purge(self, queues: Sequence[str] | None = None, batch: int = 1000) -> int:
+        return sum(FairStore.purge(shard, queues, batch) for shard in self.shards)
+
+    def dead_shard(self, job_id: str) -> FairStore | None:
+        """The shard that holds the dead letter ``job_id`` (asked of each), or None."""
+        pipe = self.client.pipeline(transaction=False)
+        for shard in self.shards:
+            pipe.hexists(shard.keys.dead, job_id)
+        return next((shard for shard, held in zip(self.shards, pipe.execute(), strict=True)
+                     if held), None)
+
+    def take_dead(self, job_id: str) -> str | None:
+        shard = self.dead_shard(job_id)
+        return FairStore.take_dead(shard, job_id) if shard is not None else None
+
+    def restore_dead(self, job_id: str, letter: str, at: float) -> None:
+        from .dead_letters import DeadLetter  # dead_letters.py builds on the store
+        account = DeadLetter.from_json(letter).account
+        shard = self.shard_for(account) if account is not None else self
+        FairStore.restore_dead(shard, job_id, letter, at)
+
+    def purge_dead(self, job_ids: Sequence[str], job_keys: Sequence[str]) -> int:
+        purged = 0
+        for job_id, job_key in zip(job_ids, job_keys, strict=True):
+            shard = self.dead_shard(job_id)
+            if shard is not None:
+                purged += FairStore.purge_dead(shard, [job_id], [job_key])
+        return purged
+
+    def pause(self, account: str | None = None, queue: str | None = None, *, by: str = "",
+              reason: str = "") -> OperatorPause:
+        """An account's pause on its shard; a queue's at the home shard, then copied to the
+        other shards (each claim reads its own shard's)."""
+        if account is not None:
+            return self.shard_for(account).pause(account, queue, by=by, reason=reason)
+        held = FairStore.pause(self, None, queue, by=by, reason=reason)
+        for shard in self.shards[1:]:
+            shard.pause(None, queue, by=held.by, reason=held.reason)
+        return held
+
+    def resume(self, account: str | None = None, queue: str | None = None) -> bool:
+        if account is not None:
+            return self.shard_for(account).resume(account, queue)
+        existed = FairStore.resume(self, None, queue)
+        for shard in self.shards[1:]:
+            shard.resume(None, queue)
+        return existed
+
+    def pauses(self, limit: int = 10_000) -> list[OperatorPause]:
+        """The home shard's pauses and the accounts' pauses of the other shards."""
+        found = FairStore.pauses(self, limit)
+        for shard in self.shards[1:]:
+            found += [pause for pause in FairStore.pauses(shard, limit)
+                      if pause.account is not None]
+        return sorted(found, key=lambda p: (p.at, p.queue or "", p.account or ""))[:limit]
+
+    # -- readings of the whole store -------------------------------------------------------
+
+    def known_queues(self) -> list[str]:
+        return sorted({q for shard in self.shards for q in FairStore.known_queues(shard)})
+
+    def counts(self, queue: str) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for shard in self.shards:
+            for name, count in FairStore.counts(shard, queue).items():
+                total[name] = total.get(name, 0) + count
+        return total
+
+    def records(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
+        found: list[JobRecord | None] = [None] * len(job_ids)
+        for shard in self.shards:
+            for n, record in enumerate(FairStore.records(shard, job_ids)):
+                found[n] = found[n] or record
+        return found
+
+    def leased(self) -> list[tuple[str, JobRecord]]:
+        return [pair for shard in self.shards for pair in FairStore.leased(shard)]
+
+    def stats(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for shard in self.shards:
+            for name, count in FairStore.stats(shard).items():
+                total[name] = total.get(name, 0) + count
+        return total
+
+    def clear(self) -> int:
+        return sum(FairStore.clear(shard) for shard in self.shards)
