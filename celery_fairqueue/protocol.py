@@ -216,10 +216,12 @@ class Event:
     id: str
     type: str
     fields: dict[str, str]
+    stream: str = ""  # the stream it was read from (a store of shards has one per shard)
 
     @classmethod
-    def from_entry(cls, entry_id: str, fields: dict[str, str]) -> Event:
-        return cls(id=entry_id, type=fields.get(EVENT_FIELDS["type"], ""), fields=fields)
+    def from_entry(cls, entry_id: str, fields: dict[str, str], stream: str = "") -> Event:
+        return cls(id=entry_id, type=fields.get(EVENT_FIELDS["type"], ""), fields=fields,
+                   stream=stream)
 
     def _text(self, name: str) -> str:
         return self.fields.get(EVENT_FIELDS[name]) or ""

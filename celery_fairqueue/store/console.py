@@ -23,6 +23,7 @@ from ..protocol import normalize_id, task_id_of
 from ..states import DeferReason, Reason, ready_and_deferred
 from .core import FairStore
 from .keys import decode_id, encode_id
+from .merged import per_shard, records_at
 from .operator import OperatorPause, parse_pause, pause_field
 from .records import Deferral, ReadyMember, WorkerEntry
 
@@ -153,8 +154,10 @@ class ConsoleReader:
 
     # -- workers -------------------------------------------------------------------------------
 
-    def workers(self) -> list[WorkerInfo]:
-        """Live workers (registered and not expired), by name."""
+    def workers(self, *, running_jobs: bool = True) -> list[WorkerInfo]:
+        """Live workers (registered and not expired), by name; with the jobs each holds
+        leases on (read off every shard), unless not ``running_jobs``. The registry is
+        store-wide: it lives at the home (``store.keys``)."""
         client = self.store.client
         keys = self.store.keys
         now = self.server_time()
@@ -163,7 +166,8 @@ class ConsoleReader:
         pipe.hgetall(keys.worker_info)
         registered, infos = pipe.execute()
         running: dict[str, list[str]] = {}
-        for job_id, job in sorted(self.store.leased(), key=lambda leased: leased[0]):
+        leased = self.store.leased() if running_jobs else []
+        for job_id, job in sorted(leased, key=lambda pair: pair[0]):
             running.setdefault(job.owner or "", []).append(job_id)
         found = []
         for worker_id, expires in registered:
@@ -185,7 +189,7 @@ class ConsoleReader:
     def consumers(self, workers: Sequence[WorkerInfo] | None = None) -> dict[str, int]:
         """Live workers per queue name (queues no worker consumes are absent)."""
         counts: dict[str, int] = {}
-        for worker in self.workers() if workers is None else workers:
+        for worker in self.workers(running_jobs=False) if workers is None else workers:
             for queue in worker.queues:
                 counts[queue] = counts.get(queue, 0) + 1
         return counts
@@ -193,11 +197,18 @@ class ConsoleReader:
     # -- oldest waiting ------------------------------------------------------------------------
 
     def _heads(self, queue: str) -> list[tuple[float, str]]:
-        """Each account with ready jobs in ``queue`` (those with a state), with since when its
-        next job waits (the seq of its FIFO's head), oldest first. One lex range per account,
+        """Each account with ready jobs in ``queue``, on every shard, with since when its next
+        job waits, oldest first (see :meth:`_shard_heads`)."""
+        return sorted(head for shard in self.store.shards
+                      for head in self._shard_heads(shard, queue))
+
+    @staticmethod
+    def _shard_heads(shard: FairStore, queue: str) -> list[tuple[float, str]]:
+        """Each account with ready jobs in ``queue`` on ``shard`` (those with a state), with
+        since when its next job waits (the seq of its FIFO's head). One lex range per account,
         HEADS_CHUNK a round trip: the console derives this when it asks, as no script keeps
         a waiting index for it."""
-        client, qk = self.store.client, self.store.keys.queue(queue)
+        client, qk = shard.client, shard.keys.queue(queue)
         found: list[tuple[float, str]] = []
         accounts = [name for name, _ in client.hscan_iter(qk.state, count=HEADS_CHUNK)]
         for start in range(0, len(accounts), HEADS_CHUNK):
@@ -209,14 +220,22 @@ class ConsoleReader:
                 since = ReadyMember.parse(head[0]).ready_since if head else None
                 if since is not None:
                     found.append((since, decode_id(encoded)))
-        return sorted(found)
+        return found
 
-    def _due(self, queue: str, now: float, scan: int) -> list[tuple[str, float]]:
-        """The queue's due delayed jobs (made ready at the next claim), soonest first."""
-        due: list[tuple[str, float]] = self.store.client.zrangebyscore(  # type: ignore[assignment]
-            self.store.keys.queue(queue).delayed, "-inf", now, start=0, num=scan,
-            withscores=True)
-        return [(job_id, float(when)) for job_id, when in due]
+    def _due(self, queue: str, now: float, scan: int, shards: Sequence[FairStore] | None = None
+             ) -> list[tuple[float, str, FairStore]]:
+        """The queue's due delayed jobs (made ready at the next claim), soonest first, up to
+        ``scan``: ``(due time, job id, its shard)``, of every shard or of ``shards``."""
+        def read(pipe: Any, shard: FairStore) -> None:
+            if shards is None or shard in shards:
+                pipe.zrangebyscore(shard.keys.queue(queue).delayed, "-inf", now, start=0,
+                                   num=scan, withscores=True)
+
+        due = [(float(when), job_id, shard)
+               for shard, replies in zip(self.store.shards, per_shard(self.store, read),
+                                         strict=True)
+               for reply in replies for job_id, when in reply]
+        return sorted(due, key=lambda entry: entry[:2])[:scan]
 
     def queue_oldest_waiting(self, queues: list[str] | None = None) -> dict[str, float | None]:
         """Per queue, since when its oldest waiting job waits (server time); None: none waits.
@@ -225,7 +244,7 @@ class ConsoleReader:
         oldest: dict[str, float | None] = {}
         for queue in self.queues(queues):
             times = [since for since, _ in self._heads(queue)[:1]]
-            times += [due for _, due in self._due(queue, now, 1)]
+            times += [due for due, _, _ in self._due(queue, now, 1)]
             oldest[queue] = min(times) if times else None
         return oldest
 
@@ -236,9 +255,10 @@ class ConsoleReader:
         if top <= 0:
             return []
         due = self._due(queue, self.server_time(), scan)
-        jobs = sorted((since, account) for since, account in self._heads(queue))
-        jobs += [(when, job.account) for (_, when), job in
-                 zip(due, self.store.records([job_id for job_id, _ in due]), strict=True) if job]
+        jobs = self._heads(queue)
+        jobs += [(when, job.account) for (when, _, _), job in
+                 zip(due, records_at([(shard, job_id) for _, job_id, shard in due]),
+                     strict=True) if job]
         found: dict[str, float] = {}
         for since, account in sorted(jobs):
             found.setdefault(account, since)
@@ -252,11 +272,13 @@ class ConsoleReader:
                       workers: Sequence[WorkerInfo] | None = None) -> list[QueueState]:
         """The account's live state in each queue (default: every known queue), with the reason
         it does not run now and until when. ``workers`` (from :meth:`workers`) saves
-        reading them again when asking about many accounts."""
-        names = self.queues(queues)
-        store, client, keys = self.store, self.store.client, self.store.keys
+        reading them again when asking about many accounts. Reads the account's shard alone
+        (and the live workers' queues, from the store's registry)."""
+        store = self.store.shard_for(account)
+        names = sorted(queues) if queues else store.known_queues()
+        client, keys = store.client, store.keys
         encoded = encode_id(account)
-        now = self.server_time()  # the store's own node's clock (time_at), also on a cluster
+        now = store.server_time()  # its shard's node's clock (time_at), also on a cluster
         pipe = client.pipeline(transaction=False)
         pipe.hget(keys.limit_config, encoded)
         pipe.get(keys.default_limit)
@@ -295,19 +317,19 @@ class ConsoleReader:
                 deferral=Deferral.parse(deferral) if deferral else None,
                 ndelayed=int(ndelayed or 0), heads=heads, first_delayed=first_delayed,
                 limit=limit, own=own is not None, pause=pause,
-                consumed=queue in consumers))
+                consumed=queue in consumers, shard=store))
         return states
 
-    def _due_delayed(self, queue: str, account: str, now: float) -> tuple[int, float | None,
-                                                                          bool]:
-        """The account's due delayed jobs in ``queue``: count, the earliest due, and whether
-        all due jobs were looked through (DUE_SCAN)."""
-        due = self._due(queue, now, DUE_SCAN)
+    def _due_delayed(self, shard: FairStore, queue: str, account: str, now: float
+                     ) -> tuple[int, float | None, bool]:
+        """The account's due delayed jobs in ``queue`` (on its ``shard``): count, the earliest
+        due, and whether all due jobs were looked through (DUE_SCAN)."""
+        due = self._due(queue, now, DUE_SCAN, [shard])
         if not due:
             return 0, None, True
         wanted = normalize_id(account)
-        mine = [when for (_, when), job in
-                zip(due, self.store.records([job_id for job_id, _ in due]), strict=True)
+        mine = [when for (when, _, _), job in
+                zip(due, shard.records([job_id for _, job_id, _ in due]), strict=True)
                 if job is not None and job.account == wanted]
         return len(mine), (min(mine) if mine else None), len(due) < DUE_SCAN
 
@@ -315,11 +337,11 @@ class ConsoleReader:
                      state: str | None, limit_wake: float | None, deferral: Deferral | None,
                      ndelayed: int, heads: list[str], first_delayed: list[Any],
                      limit: AccountLimit | None, own: bool, pause: OperatorPause | None,
-                     consumed: bool) -> QueueState:
+                     consumed: bool, shard: FairStore) -> QueueState:
         complete = True
         delayed_due, due_since = 0, None
         if ndelayed and first_delayed and float(first_delayed[0][1]) <= now:
-            delayed_due, due_since, complete = self._due_delayed(queue, account, now)
+            delayed_due, due_since, complete = self._due_delayed(shard, queue, account, now)
         oldest = due_since
         if heads:
             known = [since for since in (ReadyMember.parse(h).ready_since for h in heads)
@@ -344,12 +366,14 @@ class ConsoleReader:
 
     def live_jobs(self, account: str, limit: int = 50) -> list[LiveJob]:
         """The account's jobs in the store now, up to ``limit``: running first, then ready and
-        deferred in FIFO order, then delayed by due time; every known queue."""
-        client, keys = self.store.client, self.store.keys
+        deferred in FIFO order, then delayed by due time; every queue of its shard, which
+        alone is read."""
+        shard = self.store.shard_for(account)
+        client, keys = shard.client, shard.keys
         encoded = encode_id(account)
-        leased = self.store.leased()
+        leased = shard.leased()
         found: list[LiveJob] = []
-        for queue in self.queues():
+        for queue in shard.known_queues():
             if len(found) >= limit:
                 break
             qk = keys.queue(queue)
@@ -366,10 +390,12 @@ class ConsoleReader:
             members = [ReadyMember.parse(head) for head in heads]
             candidates += [(m.job_id, kind, m.ready_since, None) for m in members]
             candidates += [(job_id, "delayed", None, float(due)) for job_id, due in delayed]
-            found += self._jobs_of(queue, encoded, account, candidates, limit - len(found))
+            found += self._jobs_of(shard, queue, encoded, account, candidates,
+                                   limit - len(found))
         return found
 
-    def _jobs_of(self, queue: str, encoded: str, account: str,
+    @staticmethod
+    def _jobs_of(shard: FairStore, queue: str, encoded: str, account: str,
                  candidates: list[tuple[str, str, float | None, float | None]],
                  limit: int) -> list[LiveJob]:
         """The candidates that belong to the account (by their record), with their task names."""
@@ -377,7 +403,7 @@ class ConsoleReader:
             return []
         wanted = decode_id(encoded)
         mine = [(c, job) for c, job in
-                zip(candidates, self.store.records([c[0] for c in candidates]), strict=True)
+                zip(candidates, shard.records([c[0] for c in candidates]), strict=True)
                 if job is not None and job.account == wanted][:limit]
         return [LiveJob(job_id=job_id, queue=queue, account=account,
                         task=_task_name(job.envelope or None), state=state, since=since,

@@ -9,8 +9,9 @@ the same task, arguments and business key, as a new job with its attempts starti
 from __future__ import annotations
 
 import builtins
+import heapq
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ from .core import FairStore, store_for
 from .door import wire
 from .keys import encode_job_key
 from .letter_names import resolve_letter
+from .merged import held_by, per_shard
 from .records import DeadRecord
 
 __all__ = ["DeadLetter", "DeadLetterNotFound", "DeadLetters"]
@@ -117,7 +119,9 @@ class DeadLetter:
 
 
 class DeadLetters:
-    """List, show, replay and purge the dead letters of an app's fair store."""
+    """List, show, replay and purge the dead letters of an app's fair store. A letter lives
+    on its account's shard: counts and listings merge the shards', a letter named by its id
+    is looked for on each (one pipeline), an account's are read on its shard alone."""
 
     def __init__(self, app: Celery, store: FairStore | None = None) -> None:
         self.app = app
@@ -127,58 +131,80 @@ class DeadLetters:
 
     def count(self, older_than: float | None = None) -> int:
         """How many there are; with ``older_than`` (epoch seconds), how many died before."""
-        if older_than is None:
-            return int(self.client.zcard(self.keys.dead_index))
-        return int(self.client.zcount(self.keys.dead_index, "-inf", older_than))
+        return sum(count for count, in per_shard(self.store, lambda pipe, shard: (
+            pipe.zcard(shard.keys.dead_index) if older_than is None
+            else pipe.zcount(shard.keys.dead_index, "-inf", older_than))))
 
     def ids(self, older_than: float | None = None) -> list[str]:
-        """Ids of all dead letters, or of those that died before ``older_than``."""
-        return list(self.client.zrangebyscore(  # type: ignore[arg-type]
-            self.keys.dead_index, "-inf", "+inf" if older_than is None else older_than))
+        """Ids of all dead letters, or of those that died before ``older_than``, oldest
+        first."""
+        replies = per_shard(self.store, lambda pipe, shard: pipe.zrangebyscore(
+            shard.keys.dead_index, "-inf", "+inf" if older_than is None else older_than,
+            withscores=True))
+        return [job_id for job_id, _ in heapq.merge(
+            *(reply for reply, in replies), key=lambda entry: entry[1])]
 
     def list(self, *, account: str | None = None, task: str | None = None,
              reason: str | None = None, since: float | None = None, until: float | None = None,
              limit: int = 100) -> list[DeadLetter]:
-        """Newest first; ``reason`` matches a part of the reason, case-insensitively."""
+        """Newest first; ``reason`` matches a part of the reason, case-insensitively. An
+        account's are read on its shard alone; the others are the shards' merged."""
         account = normalize_id(account) if account is not None else None
+        shards = [self.store.shard_for(account)] if account is not None else self.store.shards
         found: list[DeadLetter] = []
+        newest = heapq.merge(*(self._newest(shard, since, until) for shard in shards),
+                             key=lambda entry: -entry[0])
+        for _, raw in newest:
+            letter = DeadLetter.from_json(raw)
+            if account is not None and letter.account != account:
+                continue
+            if task is not None and letter.task != task:
+                continue
+            if reason is not None and reason.lower() not in letter.reason.lower():
+                continue
+            found.append(letter)
+            if len(found) >= limit:
+                break
+        return found
+
+    @staticmethod
+    def _newest(shard: FairStore, since: float | None, until: float | None
+                ) -> Iterator[tuple[float, str | bytes]]:
+        """``(time, letter)`` of one shard's dead letters, newest first, PAGE a round trip."""
         start = 0
         while True:
-            chunk: list[str] = self.client.zrevrangebyscore(  # type: ignore[assignment]
-                self.keys.dead_index, "+inf" if until is None else until,
-                "-inf" if since is None else since, start=start, num=PAGE)
+            chunk: builtins.list[tuple[str, float]] = shard.client.zrevrangebyscore(  # type: ignore[assignment]
+                shard.keys.dead_index, "+inf" if until is None else until,
+                "-inf" if since is None else since, start=start, num=PAGE, withscores=True)
             if not chunk:
-                return found
+                return
             start += PAGE
-            for raw in self.client.hmget(self.keys.dead, chunk):
-                if raw is None:
-                    continue
-                letter = DeadLetter.from_json(raw)
-                if account is not None and letter.account != account:
-                    continue
-                if task is not None and letter.task != task:
-                    continue
-                if reason is not None and reason.lower() not in letter.reason.lower():
-                    continue
-                found.append(letter)
-                if len(found) >= limit:
-                    return found
+            raws = shard.client.hmget(shard.keys.dead, [job_id for job_id, _ in chunk])
+            yield from ((float(at), raw) for (_, at), raw in zip(chunk, raws, strict=True)
+                        if raw is not None)
+
+    def _held(self, job_id: str) -> tuple[FairStore, Any]:
+        """The shard that keeps the dead letter ``job_id``, with the letter as stored."""
+        found = held_by(self.store, lambda shard: shard.keys.dead, wire(job_id))
+        if found is None:
+            raise DeadLetterNotFound(f"no dead letter {job_id!r}")
+        return found
 
     def get(self, job_id: str) -> DeadLetter:
         """The dead letter kept under exactly this id (``<task id>:<retries>``)."""
-        raw = self.client.hget(self.keys.dead, wire(job_id))
-        if raw is None:
-            raise DeadLetterNotFound(f"no dead letter {job_id!r}")
-        return DeadLetter.from_json(raw)
+        return DeadLetter.from_json(self._held(job_id)[1])
+
+    def _dead_keys(self) -> builtins.list[str]:
+        return [shard.keys.dead for shard in self.store.shards]
 
     def resolve(self, name: str) -> builtins.list[str]:
         """The ids of the dead letters ``name`` stands for (see letter_names.py): its id, the
         Celery task id, or the worker log's ``task.name[<task id>]``; oldest delivery first."""
-        return [job_id for job_id, _ in resolve_letter(self.client, self.keys.dead, name)]
+        return [job_id for job_id, _ in resolve_letter(self.client, self._dead_keys(), name)]
 
     def named(self, name: str) -> builtins.list[DeadLetter]:
         """The dead letters ``name`` stands for, oldest delivery first (usually one)."""
-        found = resolve_letter(self.client, self.keys.dead, name)
+        found = resolve_letter(self.client, self._dead_keys(), name)
         if not found:
             raise DeadLetterNotFound(f"no dead letter {name!r} (by its id, the task id, or "
                                      "task.name[task id] as the worker logs it)")
@@ -202,7 +228,8 @@ class DeadLetters:
         replays at once (or a replay and a purge) run it once, and a failed send keeps it. Other
         tasks go through the broker: their letter is taken first and put back if sending fails.
         """
-        letter = self.get(job_id)
+        shard, raw = self._held(job_id)
+        letter = DeadLetter.from_json(raw)
         if not letter.replayable:
             raise FairqueueError(f"dead letter {job_id!r} has no readable task to replay: "
                                  f"{letter.reason}")
@@ -218,19 +245,19 @@ class DeadLetters:
             except ReplayLostError:  # taken meanwhile by another replay or a purge
                 raise DeadLetterNotFound(f"no dead letter {job_id!r} (replayed or purged "
                                          "already)") from None
-        taken = self.store.take_dead(job_id)
+        taken = shard.take_dead(job_id)  # on the shard that holds it, put back there
         if taken is None:
             raise DeadLetterNotFound(f"no dead letter {job_id!r} (replayed or purged already)")
         try:
             result = self.app.send_task(letter.task, args=letter.args, kwargs=letter.kwargs,
                                         **options)
         except BaseException as exc:
-            self.store.restore_dead(job_id, taken, letter.at)
+            shard.restore_dead(job_id, taken, letter.at)
             if isinstance(exc, OperationalError):  # kombu's word for a broker it cannot reach
                 raise BrokerUnavailableError(f"the broker did not take the replay of dead "
                                              f"letter {job_id!r}; it is kept: {exc}") from exc
             raise
-        self.client.hincrby(self.keys.stats, "replayed", 1)
+        shard.client.hincrby(shard.keys.stats, "replayed", 1)
         return result
 
     @staticmethod
@@ -240,11 +267,18 @@ class DeadLetters:
     def purge(self, job_ids: Sequence[str] | None = None, *,
               older_than: float | None = None) -> int:
         """Delete the given dead letters, or those that died before ``older_than``, with the
-        idempotency markers their own jobs wrote (not those of a newer job of the same key)."""
+        idempotency markers their own jobs wrote (not those of a newer job of the same key);
+        each on the shard that holds it."""
         ids = list(job_ids) if job_ids is not None else self.ids(older_than)
+        return sum(self._purge_page(ids[start:start + PAGE]) for start in range(0, len(ids), PAGE))
+
+    def _purge_page(self, ids: builtins.list[str]) -> int:
+        held = per_shard(self.store, lambda pipe, shard: pipe.hmget(shard.keys.dead, ids))
         purged = 0
-        for start in range(0, len(ids), PAGE):
-            chunk = ids[start:start + PAGE]
-            keys = [self._job_key(raw) for raw in self.client.hmget(self.keys.dead, chunk)]
-            purged += self.store.purge_dead(chunk, keys)
+        for shard, (raws,) in zip(self.store.shards, held, strict=True):
+            mine = [(job_id, raw) for job_id, raw in zip(ids, raws, strict=True)
+                    if raw is not None]
+            if mine:
+                purged += shard.purge_dead([job_id for job_id, _ in mine],
+                                           [self._job_key(raw) for _, raw in mine])
         return purged

@@ -20,13 +20,14 @@ replacement would run the work twice).
 
 The lookup is bounded: one ``HMGET`` of the forms as letter ids, then one per form over the
 deliveries a retry policy can make (:data:`RETRIES`) at each replacement depth
-(:data:`REPLACEMENTS`); never a scan of the dead letters.
+(:data:`REPLACEMENTS`); never a scan of the dead letters. In a store of shards each is one
+pipeline of an ``HMGET`` per shard.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..protocol import delivery_id
@@ -61,18 +62,32 @@ def _stored(field: bytes) -> str:
     return field.decode("utf-8", "surrogateescape")
 
 
-def resolve_letter(client: Any, dead_key: str, name: str) -> list[tuple[str, str]]:
+def resolve_letter(client: Any, dead_keys: Sequence[str], name: str
+                   ) -> list[tuple[str, str]]:
     """``(letter id, stored letter)`` of every dead letter ``name`` stands for, oldest
-    delivery first; empty when none does (it was replayed or purged, or never died)."""
+    delivery first; empty when none does (it was replayed or purged, or never died).
+    ``dead_keys``: the dead-letter hash of each shard of the store, asked in one pipeline (a
+    task's letters are all on its account's shard, which its name does not tell)."""
     forms = name_forms(name)
     exact = [wire(form) for form in forms]
-    for field, raw in zip(exact, client.hmget(dead_key, exact), strict=True):
-        if raw is not None:  # a letter id names that one letter
-            return [(_stored(field), raw)]
+    for field, raw in _held(client, dead_keys, exact):
+        return [(_stored(field), raw)]  # a letter id names that one letter
     for form in forms:
-        fields = [wire(d) for d in _deliveries(form)]
-        found = [(_stored(f), raw) for f, raw in zip(fields, client.hmget(dead_key, fields),
-                                                     strict=True) if raw is not None]
+        found = [(_stored(f), raw) for f, raw in _held(
+            client, dead_keys, [wire(d) for d in _deliveries(form)])]
         if found:
             return found
     return []
+
+
+def _held(client: Any, dead_keys: Sequence[str], fields: list[bytes]
+          ) -> list[tuple[bytes, Any]]:
+    """The ``fields`` some dead-letter hash holds, with their letters, in the order of
+    ``fields`` (one shard holds a field: the shard of its account)."""
+    pipe = client.pipeline(transaction=False)
+    for key in dead_keys:
+        pipe.hmget(key, fields)
+    held: dict[int, Any] = {}
+    for raws in pipe.execute():
+        held.update((n, raw) for n, raw in enumerate(raws) if raw is not None)
+    return [(fields[n], held[n]) for n in sorted(held)]

@@ -9,6 +9,7 @@ store with a million accounts costs the same as asking about one with ten.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from celery import Celery
 
@@ -16,8 +17,9 @@ from ..envelope import Envelope, MalformedEnvelopeError
 from ..limits import AccountLimit
 from ..states import STATE_CODES, AccountState, DeferReason, ready_and_deferred
 from .console import ConsoleReader, WorkerInfo
-from .core import store_for
-from .keys import QueueKeys, decode_id, encode_id
+from .core import FairStore, store_for
+from .keys import decode_id, encode_id
+from .merged import per_shard
 from .operator import OperatorPause, paused_accounts
 from .records import Deferral, JobRecord, ReadyMember
 
@@ -134,8 +136,10 @@ class StoreInspector:
 
     def status(self, queues: list[str] | None = None, deferred_limit: int = 10) -> StoreStatus:
         """Totals per queue with their oldest waiting job and live workers, the accounts
-        deferred by their limit (soonest to run first), operators' pauses, DLQ, counters."""
-        rows, deferred = [], []
+        deferred by their limit (soonest to run first), operators' pauses, DLQ, counters;
+        every shard's, added up."""
+        rows: list[QueueStatus] = []
+        deferred: list[DeferredAccount] = []
         pauses = self.store.pauses()
         names = self.queues(queues)
         oldest = self.console.queue_oldest_waiting(names)
@@ -143,66 +147,94 @@ class StoreInspector:
         workers = self.console.workers()
         consumers = self.console.consumers(workers)
         for queue in names:
-            qk = self.keys.queue(queue)
-            pipe = self.client.pipeline(transaction=False)
+            rows.append(self._queue_status(queue, deferred_limit, running_of, deferred,
+                                           oldest[queue], consumers.get(queue, 0),
+                                           paused_accounts(pauses, queue)))
+        totals = [sum(column) for column in zip(*per_shard(self.store, lambda pipe, shard: (
+            pipe.zcard(shard.keys.dead_index), pipe.zcard(shard.keys.leases))), strict=True)]
+        dead, leased = totals
+        return StoreStatus(rows, deferred, dead, leased, self.store.stats(),
+                           self.store.server_time(), workers=workers, pauses=pauses,
+                           default_limit=self.store.default_limit())
+
+    def _queue_status(self, queue: str, deferred_limit: int,
+                      running_of: dict[tuple[str, str], int], deferred: list[DeferredAccount],
+                      oldest: float | None, workers: int, paused: int) -> QueueStatus:
+        """One queue's totals over the shards; its ``deferred_limit`` accounts deferred
+        soonest to run are added to ``deferred``."""
+        def counts(pipe: Any, shard: FairStore) -> None:
+            qk = shard.keys.queue(queue)
             pipe.zcard(qk.ready)
             pipe.zcard(qk.delayed)
             pipe.hlen(qk.state)  # the accounts with ready jobs: each has a state
             pipe.hlen(qk.deferrals)  # every deferral the claim recorded, capped ones too
             pipe.zrange(qk.deferred, 0, deferred_limit - 1, withscores=True)
-            ready, delayed, accounts_ready, accounts_deferred, soonest = pipe.execute()
-            running = sum(n for (name, _), n in running_of.items() if name == queue)
-            rows.append(QueueStatus(queue, ready, delayed, running, accounts_ready,
-                                    accounts_deferred, oldest[queue], consumers.get(queue, 0),
-                                    paused_accounts(pauses, queue)))
-            reasons = self.client.hmget(qk.deferrals, [a for a, _ in soonest]) if soonest \
-                else []
-            deferred += [DeferredAccount(queue, decode_id(a), float(t), deferral_reason(r))
-                         for (a, t), r in zip(soonest, reasons, strict=True)]
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zcard(self.keys.dead_index)
-        pipe.zcard(self.keys.leases)
-        dead, leased = pipe.execute()
-        return StoreStatus(rows, deferred, dead, leased, self.store.stats(),
-                           self.store.server_time(), workers=workers, pauses=pauses,
-                           default_limit=self.store.default_limit())
+
+        replies = per_shard(self.store, counts)
+        ready, delayed, accounts_ready, accounts_deferred = (
+            sum(reply[n] for reply in replies) for n in range(4))
+        soonest = [reply[4] for reply in replies]
+
+        def reasons(pipe: Any, shard: FairStore) -> None:
+            chunk = soonest[self.store.shards.index(shard)]
+            if chunk:
+                pipe.hmget(shard.keys.queue(queue).deferrals, [a for a, _ in chunk])
+
+        found = [DeferredAccount(queue, decode_id(a), float(t), deferral_reason(r))
+                 for chunk, answer in zip(soonest, per_shard(self.store, reasons), strict=True)
+                 for (a, t), r in zip(chunk, answer[0] if answer else [], strict=True)]
+        deferred += sorted(found, key=lambda d: d.until)[:deferred_limit]
+        running = sum(n for (name, _), n in running_of.items() if name == queue)
+        return QueueStatus(queue, ready, delayed, running, accounts_ready, accounts_deferred,
+                           oldest, workers, paused)
 
     def accounts(self, queues: list[str] | None = None, account: str | None = None,
                  limit: int = 50) -> AccountPage:
         """Ready, deferred, delayed and running counts, state and limit per account: one
-        account, or up to ``limit`` of those with any job in the store, most ready first. The
-        accounts come from the queue's per-account hashes (state, running, delayed),
-        read with a bounded HSCAN: never a scan of the jobs; ready jobs are counted off the
-        ready set (ZLEXCOUNT of the account's range)."""
+        account (read on its shard), or up to ``limit`` of those with any job in the store,
+        most ready first. The accounts come from the queue's per-account hashes (state,
+        running, delayed), read with a bounded HSCAN, shard after shard: never a scan of the
+        jobs; ready jobs are counted off the ready set (ZLEXCOUNT of the account's range)."""
         rows: list[AccountRow] = []
         total = 0
         complete = True
-        running = self.store.running()
+        shards = [self.store.shard_for(account)] if account is not None else self.store.shards
+        running = [shard.running() for shard in shards]
         for queue in self.queues(queues):
-            qk = self.keys.queue(queue)
-            total += int(self.client.hlen(qk.state))
-            if account is not None:
-                encoded = [encode_id(account)]
-            else:
-                encoded, scanned_all = self._scan_fields([qk.state, qk.ndelayed],
-                                                         limit - len(rows))
-                complete = complete and scanned_all
-                encoded += [encode_id(a) for (q, a), _ in running.items()
-                            if q == queue and encode_id(a) not in encoded][:limit - len(rows)]
-            rows += [row for row in self._rows(queue, qk, encoded, running)
-                     if account is not None or row.has_jobs]
+            total += self._accounts_ready(queue)
+            for shard, running_of in zip(shards, running, strict=True):
+                qk = shard.keys.queue(queue)
+                if account is not None:
+                    encoded = [encode_id(account)]
+                else:
+                    encoded, scanned_all = self._scan_fields([qk.state, qk.ndelayed],
+                                                             limit - len(rows))
+                    complete = complete and scanned_all
+                    encoded += [encode_id(a) for (q, a), _ in running_of.items()
+                                if q == queue and encode_id(a) not in encoded
+                                ][:limit - len(rows)]
+                rows += [row for row in self._rows(shard, queue, encoded, running_of)
+                         if account is not None or row.has_jobs]
         rows.sort(key=lambda r: (-r.ready, -r.deferred, -r.running, -r.delayed, r.account,
                                  r.queue))
         return AccountPage(rows, total, complete)
 
-    def _rows(self, queue: str, qk: QueueKeys, encoded: list[str],
+    def _accounts_ready(self, queue: str) -> int:
+        """The accounts with ready jobs in ``queue``, on every shard (each has a state)."""
+        return sum(count for count, in per_shard(
+            self.store, lambda pipe, shard: pipe.hlen(shard.keys.queue(queue).state)))
+
+    def _rows(self, shard: FairStore, queue: str, encoded: list[str],
               running_of: dict[tuple[str, str], int]) -> list[AccountRow]:
+        if not encoded:
+            return []
+        qk = shard.keys.queue(queue)
         pipe = self.client.pipeline(transaction=False)
         for name in encoded:
             pipe.zlexcount(qk.ready, *ReadyMember.encoded_range(name))
             pipe.hget(qk.state, name)
             pipe.zscore(qk.deferred, name)
-            pipe.hget(self.keys.limit_config, name)
+            pipe.hget(shard.keys.limit_config, name)
             pipe.hget(qk.deferrals, name)
             pipe.hget(qk.ndelayed, name)
         answers = pipe.execute()
@@ -233,19 +265,27 @@ class StoreInspector:
 
     def scheduled(self, queues: list[str] | None = None, limit: int = 50) -> list[ScheduledJob]:
         """Jobs waiting for their time (eta, countdown, a retry's backoff), soonest first: what
-        ``celery inspect scheduled`` shows for plain tasks, which keep them in worker memory."""
-        found: list[ScheduledJob] = []
-        for queue in self.queues(queues):
-            due: list[tuple[str, float]] = self.client.zrange(  # type: ignore[assignment]
-                self.keys.queue(queue).delayed, 0, limit - 1, withscores=True)
-            ids = [job_id for job_id, _ in due]
-            if not ids:
-                continue
-            records = self.client.hmget(self.keys.records, ids)
-            for (job_id, when), raw in zip(due, records, strict=True):
+        ``celery inspect scheduled`` shows for plain tasks, which keep them in worker memory.
+        The ``limit`` soonest of each shard, merged."""
+        found = [job for queue in self.queues(queues) for job in self._scheduled(queue, limit)]
+        return sorted(found, key=lambda job: job.due)[:limit]
+
+    def _scheduled(self, queue: str, limit: int) -> list[ScheduledJob]:
+        """The ``limit`` soonest delayed jobs of ``queue`` on each shard."""
+        due = per_shard(self.store, lambda pipe, shard: pipe.zrange(
+            shard.keys.queue(queue).delayed, 0, limit - 1, withscores=True))
+
+        def records(pipe: Any, shard: FairStore) -> None:
+            ids = [job_id for job_id, _ in due[self.store.shards.index(shard)][0]]
+            if ids:
+                pipe.hmget(shard.keys.records, ids)
+
+        found = []
+        for (jobs,), raws in zip(due, per_shard(self.store, records), strict=True):
+            for (job_id, when), raw in zip(jobs, raws[0] if raws else [], strict=True):
                 job = JobRecord.parse(raw) if raw else None
                 envelope = job.envelope if job else None
-                found.append(ScheduledJob(
-                    queue, job_id, float(when),
-                    job.account if job else None, _task_name(envelope), envelope))
-        return sorted(found, key=lambda job: job.due)[:limit]
+                found.append(ScheduledJob(queue, job_id, float(when),
+                                          job.account if job else None, _task_name(envelope),
+                                          envelope))
+        return found

@@ -21,6 +21,7 @@ from django.db import connections
 
 from celery_fairqueue.contrib.django.recorder import Recorder
 from celery_fairqueue.store import store_for
+from celery_fairqueue.store.merged import forget_recording
 from tests.django.settings import FairqueueRouter
 from tests.harness import PostgresServer, find_postgres_bindir
 
@@ -103,8 +104,9 @@ class RunningRecorder:
 
 def listen(app: Celery) -> None:
     """Drop the producer's 5 s "nobody records" cache: the session's apps outlive the stream,
-    which every test's flush deletes, so without this their first events could go unwritten."""
-    store_for(app).forget_recording()
+    which every test's flush deletes, so without this their first events could go unwritten
+    (each shard of a sharded store keeps its own)."""
+    forget_recording(store_for(app))
 
 
 @pytest.fixture

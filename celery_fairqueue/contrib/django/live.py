@@ -45,7 +45,8 @@ class StoreLive:
 
 
 def account_live(app: Celery, account: str, jobs: int = 50) -> AccountLive:
-    """Per queue state of ``account`` with its reason, and its jobs in the store."""
+    """Per queue state of ``account`` with its reason, and its jobs in the store: read on
+    the account's shard alone."""
     try:
         reader = ConsoleReader(store_for(app))
         return AccountLive(reader.account_state(account), reader.live_jobs(account, jobs),
@@ -55,15 +56,17 @@ def account_live(app: Celery, account: str, jobs: int = 50) -> AccountLive:
 
 
 def store_live(app: Celery, accounts: list[str]) -> StoreLive:
-    """States of ``accounts``, per-queue totals with their oldest waiting age, live workers."""
+    """States of ``accounts`` (each read on its shard), per-queue totals with their oldest
+    waiting age and live workers (every shard's)."""
     live = StoreLive()
     try:
         inspector = StoreInspector(app)
         live.server_time = inspector.console.server_time()
         names = inspector.queues()
-        live.queues = inspector.status(names, deferred_limit=1).queues
-        live.oldest = inspector.console.queue_oldest_waiting(names)
-        live.workers = inspector.console.workers()
+        status = inspector.status(names, deferred_limit=1)  # every shard's, added up
+        live.queues = status.queues
+        live.oldest = {queue.queue: queue.oldest_waiting for queue in status.queues}
+        live.workers = status.workers
         for account in accounts:
             try:  # the queues and workers read once for the page, not once per account
                 live.states[account] = inspector.console.account_state(
