@@ -30,6 +30,7 @@ app.conf.update(
     fairqueue_lease_seconds=float(os.environ.get("FQ_LEASE_SECONDS", "60")),
     fairqueue_heartbeat_interval=float(os.environ.get("FQ_HEARTBEAT_SECONDS", "10")),
     fairqueue_job_retention=float(os.environ.get("FQ_JOB_RETENTION", "86400")),
+    fairqueue_shards=int(os.environ.get("FQ_SHARDS", "1")),
 )
 celery_fairqueue.install(app)
 

@@ -1,14 +1,17 @@
 """The console's overview with 100,000 recorded accounts, on SQLite and on PostgreSQL.
 
     .venv/bin/python -m bench.console_overview [--accounts 100000] [--runs 15]
-        [--db sqlite,postgres]
+        [--db sqlite,postgres] [--shards 16] [--store-accounts 100000]
 
 Seeds the Job table as a busy deployment leaves it: every account has succeeded jobs, a fifth
 of them have waiting jobs (ready, deferred by a limit or a countdown), some run now, some are
-dead-lettered; a real redis-server holds the store the page reads the reasons from. Then it
-renders the overview (``/admin/celery_fairqueue/account/``) as a logged-in superuser through
-Django's test client, page 1 and a deep page, by oldest waiting job and by account, and prints
-the median and worst time of each (acceptance: under 300 ms).
+dead-lettered; a real redis-server holds the store the page reads the reasons from, a job of
+each of the first ``--store-accounts`` accounts (default: 20,000), in ``--shards`` shards
+(``fairqueue_shards``, default 1). Then it renders the overview
+(``/admin/celery_fairqueue/account/``) as a logged-in superuser through Django's test client,
+page 1 and a deep page, by oldest waiting job and by account, and an account's page, and prints
+the median and worst time of each (acceptance: under 300 ms with one shard; under 1 s with
+100,000 accounts in the store over 16 shards).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from bench._common import redis_server
 from tests.harness import PostgresServer, find_postgres_bindir
 
 BUDGET_MS = 300.0
+SHARDED_BUDGET_MS = 1000.0  # the store's reads cover every shard's accounts
 
 
 def setup_django(database: dict) -> None:
@@ -116,6 +120,8 @@ def time_views(label: str, runs: int) -> list[tuple[str, float, float]]:
     from django.test import Client
     from django.urls import reverse
 
+    from celery_fairqueue.contrib.django.admin.common import account_url
+
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("VACUUM ANALYZE celery_fairqueue_job")
@@ -141,23 +147,35 @@ def time_views(label: str, runs: int) -> list[tuple[str, float, float]]:
             assert response.status_code == 200, response.status_code
             assert b"result_list" in response.content
         results.append((f"{label}: {name}", statistics.median(times), max(times)))
+    times = []
+    for n in range(runs):  # an account's page reads its shard alone
+        account = f"account-{n * 7:06d}"
+        start = time.perf_counter()
+        response = client.get(account_url(account))
+        times.append((time.perf_counter() - start) * 1000)
+        assert response.status_code == 200, response.status_code
+        assert b"cannot be read" not in response.content
+    results.append((f"{label}: an account's page", statistics.median(times), max(times)))
     return results
 
 
-def run(database: str, accounts: int, runs: int) -> list[tuple[str, float, float]]:
+def run(database: str, accounts: int, runs: int, store_accounts: int, shards: int
+        ) -> list[tuple[str, float, float]]:
     """In a child process per database: Django is configured once per process."""
     import json
     import subprocess
 
     out = subprocess.run([sys.executable, "-m", "bench.console_overview", "--child", database,
-                          "--accounts", str(accounts), "--runs", str(runs)],
-                         capture_output=True, text=True, env=os.environ)
+                          "--accounts", str(accounts), "--runs", str(runs),
+                          "--store-accounts", str(store_accounts)],
+                         capture_output=True, text=True, env={**os.environ,
+                                                              "FQ_SHARDS": str(shards)})
     if out.returncode:
         raise SystemExit(f"{database} failed:\n{out.stdout}\n{out.stderr}")
     return [tuple(row) for row in json.loads(out.stdout.splitlines()[-1])]
 
 
-def child(database: str, accounts: int, runs: int) -> None:
+def child(database: str, accounts: int, runs: int, store_accounts: int) -> None:
     import json
 
     folder = Path(tempfile.mkdtemp(prefix="fq-bench-console-"))
@@ -178,7 +196,7 @@ def child(database: str, accounts: int, runs: int) -> None:
             setup_django(config)
             started = time.perf_counter()
             rows = seed(accounts)
-            seed_store(accounts, min(accounts, 20_000))
+            seed_store(accounts, min(accounts, store_accounts))
             print(f"seeded {rows} jobs of {accounts} accounts in "
                   f"{time.perf_counter() - started:.1f} s", file=sys.stderr)
             print(json.dumps(time_views(database, runs)))
@@ -194,16 +212,22 @@ def main() -> None:
     parser.add_argument("--accounts", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--db", default="sqlite,postgres")
+    parser.add_argument("--shards", type=int, default=1, help="fairqueue_shards of the store")
+    parser.add_argument("--store-accounts", type=int, default=20_000,
+                        help="accounts with a waiting job in the store")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
-        child(options.child, options.accounts, options.runs)
+        child(options.child, options.accounts, options.runs, options.store_accounts)
         return
-    print(f"console overview, {options.accounts} recorded accounts, {options.runs} renders "
-          "each (Django test client, full page: database, Redis, template)", flush=True)
+    store_accounts = min(options.accounts, options.store_accounts)
+    budget = BUDGET_MS if options.shards == 1 else SHARDED_BUDGET_MS
+    print(f"console overview, {options.accounts} recorded accounts, {store_accounts} of them "
+          f"in a store of {options.shards} shard(s), {options.runs} renders each (Django test "
+          "client, full page: database, Redis, template)", flush=True)
     results = []
     for database in options.db.split(","):
-        found = run(database, options.accounts, options.runs)
+        found = run(database, options.accounts, options.runs, store_accounts, options.shards)
         for name, median, slowest in found:
             print(f"    {name:<45} median {median:6.1f} ms   worst {slowest:6.1f} ms",
                   flush=True)
@@ -211,8 +235,8 @@ def main() -> None:
     # a substring search reads every account id (a scan by nature): shown, not judged
     worst = max(median for name, median, _ in results if "search" not in name)
     print(f"    slowest median of the listings {worst:.1f} ms (acceptance: under "
-          f"{BUDGET_MS:.0f} ms; the substring search scans every id and is not judged)")
-    raise SystemExit(0 if worst < BUDGET_MS else 1)
+          f"{budget:.0f} ms; the substring search scans every id and is not judged)")
+    raise SystemExit(0 if worst < budget else 1)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from ..limits import AccountLimit
 from ..protocol import normalize_id, task_id_of
 from ..states import DeferReason, Reason, ready_and_deferred
 from .core import FairStore
+from .heads import shard_heads
 from .keys import decode_id, encode_id
 from .merged import per_shard, records_at
 from .operator import OperatorPause, parse_pause, pause_field
@@ -30,8 +31,6 @@ from .records import Deferral, ReadyMember, WorkerEntry
 #: Most of an account's ready jobs read to find its oldest (FIFO order within a priority: the
 #: oldest is among the first unless priorities reorder them).
 OLDEST_SCAN = 1000
-#: Accounts whose head is read a round trip, for a queue's oldest waiting job.
-HEADS_CHUNK = 1000
 #: Most due delayed jobs (of all accounts) looked through for one account's, per queue; due
 #: jobs are made ready at every claim, so only a queue no worker claims holds many.
 DUE_SCAN = 2000
@@ -198,29 +197,8 @@ class ConsoleReader:
 
     def _heads(self, queue: str) -> list[tuple[float, str]]:
         """Each account with ready jobs in ``queue``, on every shard, with since when its next
-        job waits, oldest first (see :meth:`_shard_heads`)."""
-        return sorted(head for shard in self.store.shards
-                      for head in self._shard_heads(shard, queue))
-
-    @staticmethod
-    def _shard_heads(shard: FairStore, queue: str) -> list[tuple[float, str]]:
-        """Each account with ready jobs in ``queue`` on ``shard`` (those with a state), with
-        since when its next job waits (the seq of its FIFO's head). One lex range per account,
-        HEADS_CHUNK a round trip: the console derives this when it asks, as no script keeps
-        a waiting index for it."""
-        client, qk = shard.client, shard.keys.queue(queue)
-        found: list[tuple[float, str]] = []
-        accounts = [name for name, _ in client.hscan_iter(qk.state, count=HEADS_CHUNK)]
-        for start in range(0, len(accounts), HEADS_CHUNK):
-            chunk = accounts[start:start + HEADS_CHUNK]
-            pipe = client.pipeline(transaction=False)
-            for encoded in chunk:
-                pipe.zrangebylex(qk.ready, *ReadyMember.encoded_range(encoded), 0, 1)
-            for encoded, head in zip(chunk, pipe.execute(), strict=True):
-                since = ReadyMember.parse(head[0]).ready_since if head else None
-                if since is not None:
-                    found.append((since, decode_id(encoded)))
-        return found
+        job waits, oldest first (see heads.py)."""
+        return sorted(head for shard in self.store.shards for head in shard_heads(shard, queue))
 
     def _due(self, queue: str, now: float, scan: int, shards: Sequence[FairStore] | None = None
              ) -> list[tuple[float, str, FairStore]]:

@@ -144,6 +144,12 @@ class ReadyMember:
         return f"{encode_id(self.account)}|{self.seq}|{self.job_id}"
 
     @staticmethod
+    def encoded_account(raw: str) -> str:
+        """A member's account as the store holds it (encoded), the rest left unparsed: a walk
+        of the ready set looks at every member and parses an account's first alone."""
+        return raw.partition("|")[0]
+
+    @staticmethod
     def range_of(account: str) -> tuple[str, str]:
         """The ZRANGEBYLEX bounds of one account's members (``}`` sorts right after ``|``)."""
         return ReadyMember.encoded_range(encode_id(account))

@@ -8,7 +8,7 @@ import pytest
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.reasons import reason_text
 from celery_fairqueue.store import ConsoleReader, FairStore, StoreInspector, WorkerRegistration
-from celery_fairqueue.store.records import JobRecord
+from celery_fairqueue.store.records import JobRecord, ReadyMember
 from tests.harness import wait_until
 from tests.harness.store_tools import claim_jobs
 
@@ -398,3 +398,23 @@ def test_the_claim_records_why_it_deferred_an_account_and_clears_it_when_it_runs
     status = Inspector(store).status()
     assert status.queues[0].accounts_deferred == 1  # capped: deferred until a job ends
     assert store.counts("default")["deferred_accounts"] == 1
+
+
+@pytest.mark.parametrize("page, patience", [(1000, 20), (2, 1000), (2, 1)])
+def test_the_heads_walk_finds_every_accounts_first_job(store, monkeypatch, page, patience):
+    """The walk of the ready set (pages of ``page`` members, jumping past each page's last
+    account) and the account-by-account reads it falls back to after ``patience`` thin
+    pages find the same heads, also of accounts whose ids begin with another's."""
+    from celery_fairqueue.store import heads
+
+    monkeypatch.setattr(heads, "WALK_PAGE", page)
+    monkeypatch.setattr(heads, "WALK_PATIENCE", patience)
+    accounts = ["a", "a-", "a~b", "a|", "ab", "b", "b}"]
+    for n, account in enumerate(accounts):
+        for k in range(n % 3 + 1):
+            put(store, account, k)
+    expected = sorted(
+        (ReadyMember.parse(store.client.zrangebylex(
+            store.keys.queue("default").ready, *ReadyMember.range_of(account), 0, 1)[0]
+        ).ready_since, account) for account in accounts)
+    assert sorted(ConsoleReader(store)._heads("default")) == expected

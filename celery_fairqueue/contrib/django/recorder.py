@@ -14,12 +14,14 @@ through COPY (see ``writer.PostgresCopy``). State is visible within ``block_ms +
 plus the write, well under 2 s.
 
 One recorder leads at a time. Events must be applied in stream order (a ``running`` applied
-after the ``succeeded`` of the same delivery would show a finished job as running), and a
-consumer group hands different events to different consumers, so several recorders reading at
-once would race. Every recorder therefore takes a Redis lock before reading; the others stand
-by and take over within ``lock_seconds`` when the leader dies, adopting the entries it had read
-but not acknowledged. Applying is also idempotent (a batch applied twice, because its ack was
-lost, gives the same rows) and ignores events older than the job's current delivery.
+after the ``succeeded`` of the same delivery would show a finished job as running); a store of
+shards has a stream per shard, and a job's events are all in its account's shard's, so each
+stream's order is all it takes. A consumer group hands different events to different
+consumers, so several recorders reading at once would race. Every recorder therefore takes a
+Redis lock before reading; the others stand by and take over within ``lock_seconds`` when the
+leader dies, adopting the entries it had read but not acknowledged. Applying is also
+idempotent (a batch applied twice, because its ack was lost, gives the same rows) and ignores
+events older than the job's current delivery.
 
 A job enqueued while its account is paused by a limit is ready in Redis but waits for the
 account: the recorder remembers the pauses it saw (``account_deferred`` until ``account_ready``)
