@@ -59,6 +59,11 @@ class ShardChooser:
         """Shard ``n`` signalled new work: its weight is unknown until it is asked."""
         self.weights[n] = None
 
+    def forget(self) -> None:
+        """Every shard's weight is unknown (an operator's change may have made work runnable;
+        the other workers learn it from the wake channels)."""
+        self.weights = [None] * len(self.weights)
+
     def next_due(self, now: float) -> float | None:
         """Seconds until some shard's deferred account or delayed job is due (as a claim of one
         store says), or None."""

@@ -81,7 +81,8 @@ class Jobs(StoreDoor):
         the same step, or :class:`DeadLetterNotFound` says someone else took it first.
         ``priority`` (0-9, 0 first) orders the job among its account's own. Past ``expires``
         (epoch seconds) the claim drops the job instead of running it."""
-        self.check_shards()
+        with operation("enqueue"):
+            self.check_shards()
         args = self._enqueue_args(queue=queue, account=account, job_id=job_id,
                                   envelope=envelope, due=due, job_key=job_key, dedupe=dedupe,
                                   task=task, shown_args=shown_args, replays=replays,

@@ -54,7 +54,12 @@ class ShardedStore(FairStore):
     # -- jobs ------------------------------------------------------------------------------
 
     def enqueue(self, *, account: str, **job: Any) -> EnqueueResult:
-        return self.shard_for(account).enqueue(account=account, **job)
+        """Store the job on its account's shard (which this process, should it claim, asks
+        next: other processes are woken on the shard's channel)."""
+        shard = account_shard(account, len(self.shards))
+        result = self.shards[shard].enqueue(account=account, **job)
+        self._chooser.woken(shard)
+        return result
 
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
               first: int = 0, acks: Sequence[Lease] = ()) -> Claim:
@@ -141,9 +146,11 @@ class ShardedStore(FairStore):
         return held
 
     def set_limit(self, account: str, limit: AccountLimit) -> None:
+        self._chooser.forget()
         self.shard_for(account).set_limit(account, limit)
 
     def clear_limit(self, account: str) -> None:
+        self._chooser.forget()
         self.shard_for(account).clear_limit(account)
 
     def get_limit(self, account: str) -> AccountLimit | None:
@@ -164,6 +171,7 @@ class ShardedStore(FairStore):
         return [job_id for shard in self.shards for job_id in FairStore.cancel(shard, task_id)]
 
     def run_now(self, task_id: str) -> list[str]:
+        self._chooser.forget()
         return [job_id for shard in self.shards for job_id in FairStore.run_now(shard, task_id)]
 
     def purge(self, queues: Sequence[str] | None = None, batch: int = 1000) -> int:
@@ -207,6 +215,7 @@ class ShardedStore(FairStore):
         return held
 
     def resume(self, account: str | None = None, queue: str | None = None) -> bool:
+        self._chooser.forget()
         if account is not None:
             return self.shard_for(account).resume(account, queue)
         existed = FairStore.resume(self, None, queue)
