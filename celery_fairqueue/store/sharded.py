@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..errors import FairqueueError
 from ..limits import AccountLimit
 from ..settings import FairqueueSettings
 from .chooser import ShardChooser
@@ -64,7 +65,10 @@ class ShardedStore(FairStore):
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
               first: int = 0, acks: Sequence[Lease] = ()) -> Claim:
         """Lease up to ``want`` jobs from the shards the chooser names, in turn, and settle
-        ``acks`` on their own shards (riding with a claim there, or alone)."""
+        ``acks`` on their own shards (riding with a claim there, or alone). A shard that fails
+        is left out for a moment: what the others answered is kept, and the acks it did not
+        settle come back in ``Claim.unsettled``; only when no shard answered does the claim
+        raise, as a claim of one store does."""
         want = min(want, self.settings.claim_batch) if queues else 0
         by_shard: dict[int, list[Lease]] = {}
         for lease in acks:
@@ -72,7 +76,10 @@ class ShardedStore(FairStore):
         leases: list[Lease] = []
         expired: list[Lease] = []
         lost: list[str] = []
+        unsettled: list[Lease] = []
+        failure: FairqueueError | None = None
         tried: set[int] = set()
+        answered = False
         runnable = 0
         while want > len(leases):
             now = time.monotonic()
@@ -80,19 +87,34 @@ class ShardedStore(FairStore):
             if n is None:
                 break
             tried.add(n)
-            got = self.shards[n].claim(queues, want - len(leases), token, default_limit,
-                                       first, by_shard.pop(n, ()))
+            riding = by_shard.pop(n, [])
+            try:
+                got = self.shards[n].claim(queues, want - len(leases), token, default_limit,
+                                           first, riding)
+            except FairqueueError as exc:
+                self._chooser.failed(n, now)
+                unsettled += riding
+                failure = failure or exc
+                continue
+            answered = True
             self._chooser.claimed(n, len(got.leases), got.runnable, got.next_due, now)
             leases += got.leases
             expired += got.expired
             lost += got.lost
             runnable += got.runnable
         for n, settling in by_shard.items():  # acks of shards not claimed from
-            lost += self.shards[n].claim([], 0, token, "", acks=settling).lost
+            try:
+                lost += self.shards[n].claim([], 0, token, "", acks=settling).lost
+                answered = True
+            except FairqueueError as exc:
+                unsettled += settling
+                failure = failure or exc
+        if failure is not None and not answered:
+            raise failure
         for lease in leases:
             self._job_shard[lease.job_id] = self._by_tag[lease.store.keys.tag]
         return Claim(leases, self._chooser.next_due(time.monotonic()), runnable=runnable,
-                     expired=expired, lost=lost)
+                     expired=expired, lost=lost, unsettled=unsettled, failure=failure)
 
     def woken(self, channel: str) -> None:
         """A shard signalled work on its wake channel (worker/wakeups.py): ask it next."""

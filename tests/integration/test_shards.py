@@ -157,3 +157,25 @@ def test_heartbeat_and_reap_keep_each_lease_on_its_shard(make_store):
             store.client.zadd(shard.keys.leases, {job_id: 0})
     assert store.reap() == SHARDS
     assert store.counts("default")["ready"] == SHARDS
+
+
+def test_a_failing_shard_leaves_the_others_claiming_and_its_acks_unsettled(sharded):
+    accounts = [accounts_on(shard, 1)[0] for shard in range(SHARDS)]
+    for account in accounts:
+        put(sharded, account, 1)
+        put(sharded, account, 2)
+    held = sharded.shards[3].claim(["default"], 1, TOKEN, NO_LIMIT).leases
+    broken = sharded.shards[3].keys.records  # an error reply on shard 3: WRONGTYPE
+    sharded.client.rename(broken, "{saved}")  # (a script's first command fails: no writes)
+    sharded.client.rpush(broken, "not a hash")
+    sharded._chooser.forget()
+    claim = sharded.claim(["default"], 10, TOKEN, NO_LIMIT, acks=held)
+    assert sorted(lease.account for lease in claim.leases) == sorted(accounts[:3] * 2)
+    assert claim.unsettled == held
+    assert "Redis refused the command" in str(claim.failure)
+    sharded.client.delete(broken)
+    sharded.client.rename("{saved}", broken)
+    retried = sharded.claim(["default"], 10, TOKEN, NO_LIMIT, acks=claim.unsettled)
+    assert not retried.lost and retried.failure is None
+    assert [lease.account for lease in retried.leases] == [accounts[3]]
+    assert sharded.stats()["acked"] == 1
