@@ -15,12 +15,14 @@ accounts that can run now, which every claim returns (chooser.py).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import FairqueueError
 from ..limits import AccountLimit
+from ..protocol import delivery_id
 from ..settings import FairqueueSettings
 from .chooser import ShardChooser
 from .client import AnyClient
@@ -29,7 +31,7 @@ from .fleet import Beat, WorkerRegistration
 from .jobs import Claim, EnqueueResult
 from .keys import Keys
 from .leases import Lease
-from .operator import OperatorPause
+from .operator import MAX_DELIVERY_LOOKUP, OperatorPause
 from .records import JobRecord
 from .shards import account_shard
 
@@ -185,16 +187,34 @@ class ShardedStore(FairStore):
     def refresh_windows(self) -> int:
         return sum(FairStore.refresh_windows(shard) for shard in self.shards)
 
+    def task_shard(self, task_id: str) -> FairStore | None:
+        """The shard that holds the deliveries of a Celery task (all of them on its account's),
+        or None: each page of delivery ids (see Operator.deliveries_of) asked of every shard
+        in one round trip, scanning no jobs."""
+        pages = ([delivery_id(task_id, n) for n in range(start, start + 64)]
+                 for start in range(0, MAX_DELIVERY_LOOKUP, 64))
+        for ids in itertools.chain([[task_id]] if ":" in task_id else [], pages):
+            pipe = self.client.pipeline(transaction=False)
+            for shard in self.shards:
+                pipe.hmget(shard.keys.records, ids)
+            for shard, found in zip(self.shards, pipe.execute(), strict=True):
+                if any(found):
+                    return shard
+        return None
+
     def deliveries_of(self, task_id: str) -> Iterator[tuple[str, str]]:
-        for shard in self.shards:
-            yield from FairStore.deliveries_of(shard, task_id)
+        shard = self.task_shard(task_id)
+        if shard is not None:
+            yield from shard.deliveries_of(task_id)
 
     def cancel(self, task_id: str) -> list[str]:
-        return [job_id for shard in self.shards for job_id in FairStore.cancel(shard, task_id)]
+        shard = self.task_shard(task_id)
+        return shard.cancel(task_id) if shard is not None else []
 
     def run_now(self, task_id: str) -> list[str]:
         self._chooser.forget()
-        return [job_id for shard in self.shards for job_id in FairStore.run_now(shard, task_id)]
+        shard = self.task_shard(task_id)
+        return shard.run_now(task_id) if shard is not None else []
 
     def purge(self, queues: Sequence[str] | None = None, batch: int = 1000) -> int:
         return sum(FairStore.purge(shard, queues, batch) for shard in self.shards)
