@@ -13,6 +13,7 @@ from celery_fairqueue.settings import FairqueueSettings
 from celery_fairqueue.store import FairStore
 from celery_fairqueue.store.client import make_client
 from celery_fairqueue.store.keys import Keys
+from celery_fairqueue.store.sharded import ShardedStore
 
 pytest_plugins = ["tests.harness.fixtures"]
 
@@ -64,7 +65,8 @@ def make_store(redis_client: redis.Redis, redis_url: str) -> Iterator[Callable[.
         config.validate()
         client = make_client(redis_url)
         clients.append(client)
-        return FairStore(client, Keys(config.key_prefix), config)
+        kind = ShardedStore if config.shards > 1 else FairStore
+        return kind(client, Keys(config.key_prefix), config)
 
     yield make
     for client in clients:

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import math
 
+#: How long a worker leaves out a shard whose claim failed (a failover under way, say).
+RETRY_FAILED_SECONDS = 1.0
+
 
 class ShardChooser:
     """One worker's view of its shards' runnable weights, and its choice among them."""
@@ -58,6 +61,16 @@ class ShardChooser:
     def woken(self, n: int) -> None:
         """Shard ``n`` signalled new work: its weight is unknown until it is asked."""
         self.weights[n] = None
+
+    def failed(self, n: int, now: float) -> None:
+        """Shard ``n`` did not answer: ask it again in a second (the claim goes on without)."""
+        self.weights[n] = 0
+        self.due[n] = now + RETRY_FAILED_SECONDS
+
+    def forget(self) -> None:
+        """Every shard's weight is unknown (an operator's change may have made work runnable;
+        the other workers learn it from the wake channels)."""
+        self.weights = [None] * len(self.weights)
 
     def next_due(self, now: float) -> float | None:
         """Seconds until some shard's deferred account or delayed job is due (as a claim of one

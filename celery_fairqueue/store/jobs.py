@@ -8,7 +8,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import BacklogFullError, DeadLetterNotFound, StoreUnavailableError
+from ..errors import (
+    BacklogFullError,
+    DeadLetterNotFound,
+    FairqueueError,
+    StoreUnavailableError,
+)
 from ..protocol import event_fields, task_id_of
 from .client import may_run_later, operation
 from .door import StoreDoor
@@ -54,6 +59,10 @@ class Claim:
     runnable: int = 0  # the summed weights of the accounts that can run now (sharded store)
     expired: list[Lease] = field(default_factory=list)  # dropped, past Celery's expires
     lost: list[str] = field(default_factory=list)  # acked jobs whose lease was lost
+    #: a sharded store's claim that some shard failed: the acks it did not settle (the caller
+    #: sends them again) and the failure; a claim that no shard answered raises it instead
+    unsettled: list[Lease] = field(default_factory=list)
+    failure: FairqueueError | None = None
 
 
 
@@ -81,7 +90,8 @@ class Jobs(StoreDoor):
         the same step, or :class:`DeadLetterNotFound` says someone else took it first.
         ``priority`` (0-9, 0 first) orders the job among its account's own. Past ``expires``
         (epoch seconds) the claim drops the job instead of running it."""
-        self.check_shards()
+        with operation("enqueue"):
+            self.check_shards()
         args = self._enqueue_args(queue=queue, account=account, job_id=job_id,
                                   envelope=envelope, due=due, job_key=job_key, dedupe=dedupe,
                                   task=task, shown_args=shown_args, replays=replays,

@@ -15,11 +15,14 @@ accounts that can run now, which every claim returns (chooser.py).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..errors import FairqueueError
 from ..limits import AccountLimit
+from ..protocol import delivery_id
 from ..settings import FairqueueSettings
 from .chooser import ShardChooser
 from .client import AnyClient
@@ -28,7 +31,7 @@ from .fleet import Beat, WorkerRegistration
 from .jobs import Claim, EnqueueResult
 from .keys import Keys
 from .leases import Lease
-from .operator import OperatorPause
+from .operator import MAX_DELIVERY_LOOKUP, OperatorPause
 from .records import JobRecord
 from .shards import account_shard
 
@@ -54,12 +57,20 @@ class ShardedStore(FairStore):
     # -- jobs ------------------------------------------------------------------------------
 
     def enqueue(self, *, account: str, **job: Any) -> EnqueueResult:
-        return self.shard_for(account).enqueue(account=account, **job)
+        """Store the job on its account's shard (which this process, should it claim, asks
+        next: other processes are woken on the shard's channel)."""
+        shard = account_shard(account, len(self.shards))
+        result = self.shards[shard].enqueue(account=account, **job)
+        self._chooser.woken(shard)
+        return result
 
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
               first: int = 0, acks: Sequence[Lease] = ()) -> Claim:
         """Lease up to ``want`` jobs from the shards the chooser names, in turn, and settle
-        ``acks`` on their own shards (riding with a claim there, or alone)."""
+        ``acks`` on their own shards (riding with a claim there, or alone). A shard that fails
+        is left out for a moment: what the others answered is kept, and the acks it did not
+        settle come back in ``Claim.unsettled``; only when no shard answered does the claim
+        raise, as a claim of one store does."""
         want = min(want, self.settings.claim_batch) if queues else 0
         by_shard: dict[int, list[Lease]] = {}
         for lease in acks:
@@ -67,7 +78,10 @@ class ShardedStore(FairStore):
         leases: list[Lease] = []
         expired: list[Lease] = []
         lost: list[str] = []
+        unsettled: list[Lease] = []
+        failure: FairqueueError | None = None
         tried: set[int] = set()
+        answered = False
         runnable = 0
         while want > len(leases):
             now = time.monotonic()
@@ -75,19 +89,34 @@ class ShardedStore(FairStore):
             if n is None:
                 break
             tried.add(n)
-            got = self.shards[n].claim(queues, want - len(leases), token, default_limit,
-                                       first, by_shard.pop(n, ()))
+            riding = by_shard.pop(n, [])
+            try:
+                got = self.shards[n].claim(queues, want - len(leases), token, default_limit,
+                                           first, riding)
+            except FairqueueError as exc:
+                self._chooser.failed(n, now)
+                unsettled += riding
+                failure = failure or exc
+                continue
+            answered = True
             self._chooser.claimed(n, len(got.leases), got.runnable, got.next_due, now)
             leases += got.leases
             expired += got.expired
             lost += got.lost
             runnable += got.runnable
         for n, settling in by_shard.items():  # acks of shards not claimed from
-            lost += self.shards[n].claim([], 0, token, "", acks=settling).lost
+            try:
+                lost += self.shards[n].claim([], 0, token, "", acks=settling).lost
+                answered = True
+            except FairqueueError as exc:
+                unsettled += settling
+                failure = failure or exc
+        if failure is not None and not answered:
+            raise failure
         for lease in leases:
             self._job_shard[lease.job_id] = self._by_tag[lease.store.keys.tag]
         return Claim(leases, self._chooser.next_due(time.monotonic()), runnable=runnable,
-                     expired=expired, lost=lost)
+                     expired=expired, lost=lost, unsettled=unsettled, failure=failure)
 
     def woken(self, channel: str) -> None:
         """A shard signalled work on its wake channel (worker/wakeups.py): ask it next."""
@@ -141,9 +170,11 @@ class ShardedStore(FairStore):
         return held
 
     def set_limit(self, account: str, limit: AccountLimit) -> None:
+        self._chooser.forget()
         self.shard_for(account).set_limit(account, limit)
 
     def clear_limit(self, account: str) -> None:
+        self._chooser.forget()
         self.shard_for(account).clear_limit(account)
 
     def get_limit(self, account: str) -> AccountLimit | None:
@@ -156,15 +187,34 @@ class ShardedStore(FairStore):
     def refresh_windows(self) -> int:
         return sum(FairStore.refresh_windows(shard) for shard in self.shards)
 
+    def task_shard(self, task_id: str) -> FairStore | None:
+        """The shard that holds the deliveries of a Celery task (all of them on its account's),
+        or None: each page of delivery ids (see Operator.deliveries_of) asked of every shard
+        in one round trip, scanning no jobs."""
+        pages = ([delivery_id(task_id, n) for n in range(start, start + 64)]
+                 for start in range(0, MAX_DELIVERY_LOOKUP, 64))
+        for ids in itertools.chain([[task_id]] if ":" in task_id else [], pages):
+            pipe = self.client.pipeline(transaction=False)
+            for shard in self.shards:
+                pipe.hmget(shard.keys.records, ids)
+            for shard, found in zip(self.shards, pipe.execute(), strict=True):
+                if any(found):
+                    return shard
+        return None
+
     def deliveries_of(self, task_id: str) -> Iterator[tuple[str, str]]:
-        for shard in self.shards:
-            yield from FairStore.deliveries_of(shard, task_id)
+        shard = self.task_shard(task_id)
+        if shard is not None:
+            yield from shard.deliveries_of(task_id)
 
     def cancel(self, task_id: str) -> list[str]:
-        return [job_id for shard in self.shards for job_id in FairStore.cancel(shard, task_id)]
+        shard = self.task_shard(task_id)
+        return shard.cancel(task_id) if shard is not None else []
 
     def run_now(self, task_id: str) -> list[str]:
-        return [job_id for shard in self.shards for job_id in FairStore.run_now(shard, task_id)]
+        self._chooser.forget()
+        shard = self.task_shard(task_id)
+        return shard.run_now(task_id) if shard is not None else []
 
     def purge(self, queues: Sequence[str] | None = None, batch: int = 1000) -> int:
         return sum(FairStore.purge(shard, queues, batch) for shard in self.shards)
@@ -207,6 +257,7 @@ class ShardedStore(FairStore):
         return held
 
     def resume(self, account: str | None = None, queue: str | None = None) -> bool:
+        self._chooser.forget()
         if account is not None:
             return self.shard_for(account).resume(account, queue)
         existed = FairStore.resume(self, None, queue)

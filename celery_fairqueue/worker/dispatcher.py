@@ -185,7 +185,11 @@ class FairDispatcher:
             if acks:
                 self._claim_at(GIVE_BACK_SECONDS)
             return
-        self._claims.answered()
+        if claim.failure is not None:  # a shard failed: its acks go with the next claim
+            self._acks.extendleft(reversed(claim.unsettled))
+            self._claims.failed(claim.failure)
+        else:
+            self._claims.answered()
         self._rotation += 1
         for job_id in claim.lost:
             lost_before_settled(job_id)
@@ -339,12 +343,15 @@ class FairDispatcher:
         if not acks:
             return
         try:
-            lost = self.store.claim([], 0, self.token, "", acks=acks).lost
+            claim = self.store.claim([], 0, self.token, "", acks=acks)
         except FairqueueError as exc:
             logger.warning("fairqueue: could not ack %d jobs (their leases return them): %s",
                            len(acks), exc)
             return
-        for job_id in lost:
+        if claim.unsettled:
+            logger.warning("fairqueue: could not ack %d jobs (their leases return them): %s",
+                           len(claim.unsettled), claim.failure)
+        for job_id in claim.lost:
             lost_before_settled(job_id)
 
     # -- maintenance thread --------------------------------------------------------------------

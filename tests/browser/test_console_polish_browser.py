@@ -54,6 +54,8 @@ def test_the_console_pages_read_well_at_1366_px(rel, chromium, live_server, staf
     store.register_worker("tok", WorkerRegistration(
         "celery@busy", ("celery",), 4, started=store.server_time() - 3725, succeeded=12,
         failed=3))
+    # registered for an hour, not the test app's 3 s: a loaded machine takes longer to the page
+    store.client.zadd(store.keys.workers, {"tok": store.server_time() + 3600}, xx=True)
     hold_lease(store, "job-1:0", "tok")
     rel.send_message.apply_async(("doomed", 9), countdown=3600)  # in the store, none ready
     dead = job(1, "doomed", "dead", dead_reason="permanent: lead 1 was deleted",
