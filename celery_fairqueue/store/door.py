@@ -49,10 +49,12 @@ def wire(value: Any) -> Any:
 class StoreDoor:
     """The fair store's client, keys, settings and scripts, and the calls every role makes."""
 
-    def __init__(self, client: AnyClient, keys: Keys, settings: FairqueueSettings) -> None:
+    def __init__(self, client: AnyClient, keys: Keys, settings: FairqueueSettings,
+                 home: StoreDoor | None = None) -> None:
         self.client = client
         self.keys = keys
         self.settings = settings
+        self.home = home or self  # the store's home shard: one check of its shards for all
         sources = {name: load_script(name) for name in SCRIPT_NAMES}
         self._scripts = {name: client.register_script(source.source)
                          for name, source in sources.items()}
@@ -148,6 +150,9 @@ class StoreDoor:
         """Raise ShardCountError unless the store is laid out in ``fairqueue_shards`` shards, as
         its home records (asked at most once a minute). A store that records none is of one
         shard, or, empty, takes this one's number."""
+        if self.home is not self:
+            self.home.check_shards()
+            return
         now = time.monotonic()
         if now - self._shards_checked < SHARDS_CHECK_SECONDS:
             return

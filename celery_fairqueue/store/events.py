@@ -20,7 +20,7 @@ from redis.exceptions import LockError
 from ..errors import StoreUnavailableError
 from ..protocol import Event
 from .core import FairStore
-from .merged import forget_recording, per_shard
+from .merged import per_shard
 
 RECORDER_GROUP = "fairqueue-recorder"
 
@@ -53,7 +53,7 @@ class EventReader:
             except StoreUnavailableError as exc:
                 if "BUSYGROUP" not in str(exc):  # the group exists already: fine
                     raise
-        forget_recording(self.store)
+        self.store.forget_recording()
 
     def read(self, count: int = 500, block_ms: int = 1000) -> list[Event]:
         """Events not yet acknowledged: first this consumer's pending ones, then new ones,

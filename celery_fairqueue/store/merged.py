@@ -69,11 +69,3 @@ def records_at(located: Sequence[tuple[FairStore, str]]) -> list[JobRecord | Non
                              strict=True):
             found[n] = record
     return found
-
-
-def forget_recording(store: FairStore) -> None:
-    """Every shard of this process's store asks again at its next call whether a recorder
-    listens (each shard writes its own event stream, events.py)."""
-    store.forget_recording()
-    for shard in store.shards:
-        shard.forget_recording()

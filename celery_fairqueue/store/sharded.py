@@ -42,7 +42,8 @@ class ShardedStore(FairStore):
     def __init__(self, client: AnyClient, keys: Keys, settings: FairqueueSettings) -> None:
         super().__init__(client, keys, settings)
         count = settings.shards
-        self.shards = [FairStore(client, Keys(keys.prefix, n), settings) for n in range(count)]
+        self.shards = [FairStore(client, Keys(keys.prefix, n), settings, home=self)
+                       for n in range(count)]
         self._by_tag = {shard.keys.tag: n for n, shard in enumerate(self.shards)}
         self._chooser = ShardChooser(count, settings.poll_interval)
         self._job_shard: dict[str, int] = {}  # leased job id -> its shard (see beat)
@@ -117,6 +118,12 @@ class ShardedStore(FairStore):
             self._job_shard[lease.job_id] = self._by_tag[lease.store.keys.tag]
         return Claim(leases, self._chooser.next_due(time.monotonic()), runnable=runnable,
                      expired=expired, lost=lost, unsettled=unsettled, failure=failure)
+
+    def forget_recording(self) -> None:
+        """Every shard asks again whether a recorder listens (each has its own stream)."""
+        super().forget_recording()
+        for shard in self.shards:
+            shard.forget_recording()
 
     def woken(self, channel: str) -> None:
         """A shard signalled work on its wake channel (worker/wakeups.py): ask it next."""

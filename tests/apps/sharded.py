@@ -10,7 +10,6 @@ from celery import Celery
 import celery_fairqueue
 from celery_fairqueue import FairTask
 from celery_fairqueue.store import FairStore, Keys, store_for
-from celery_fairqueue.store.merged import forget_recording
 from celery_fairqueue.store.shards import account_shard
 from tests.apps._config import fair_test_conf
 from tests.harness import REDIS_URL_ENV
@@ -36,7 +35,7 @@ def fresh() -> FairStore:
     whether a recorder listens."""
     store = store_for(app)
     store.client.set(Keys(store.keys.prefix).shard_count, SHARDS)
-    forget_recording(store)
+    store.forget_recording()
     return store
 
 

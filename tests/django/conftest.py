@@ -21,7 +21,6 @@ from django.db import connections
 
 from celery_fairqueue.contrib.django.recorder import Recorder
 from celery_fairqueue.store import store_for
-from celery_fairqueue.store.merged import forget_recording
 from tests.django.settings import FairqueueRouter
 from tests.harness import PostgresServer, find_postgres_bindir
 
@@ -106,7 +105,7 @@ def listen(app: Celery) -> None:
     """Drop the producer's 5 s "nobody records" cache: the session's apps outlive the stream,
     which every test's flush deletes, so without this their first events could go unwritten
     (each shard of a sharded store keeps its own)."""
-    forget_recording(store_for(app))
+    store_for(app).forget_recording()
 
 
 @pytest.fixture
