@@ -7,7 +7,8 @@ an account's calls to its shard, a job's to the shard that holds it (a lease car
 shard's store; a lookup by task id asks each shard for the ids, scanning no jobs), what is
 store-wide to the home (the worker registry, the store's S, the default limit as set, and a
 queue's operator pause, which every shard keeps a copy of for its claim), and the readings of
-the whole store summed over the shards.
+the whole store summed over the shards. The dead letters and the console read the shards
+themselves (dead_letters.py, merged.py).
 
 The workers choose a shard to claim from by its runnable weight, the summed weights of its
 accounts that can run now, which every claim returns (chooser.py).
@@ -225,32 +226,6 @@ class ShardedStore(FairStore):
 
     def purge(self, queues: Sequence[str] | None = None, batch: int = 1000) -> int:
         return sum(FairStore.purge(shard, queues, batch) for shard in self.shards)
-
-    def dead_shard(self, job_id: str) -> FairStore | None:
-        """The shard that holds the dead letter ``job_id`` (asked of each), or None."""
-        pipe = self.client.pipeline(transaction=False)
-        for shard in self.shards:
-            pipe.hexists(shard.keys.dead, job_id)
-        return next((shard for shard, held in zip(self.shards, pipe.execute(), strict=True)
-                     if held), None)
-
-    def take_dead(self, job_id: str) -> str | None:
-        shard = self.dead_shard(job_id)
-        return FairStore.take_dead(shard, job_id) if shard is not None else None
-
-    def restore_dead(self, job_id: str, letter: str, at: float) -> None:
-        from .dead_letters import DeadLetter  # dead_letters.py builds on the store
-        account = DeadLetter.from_json(letter).account
-        shard = self.shard_for(account) if account is not None else self
-        FairStore.restore_dead(shard, job_id, letter, at)
-
-    def purge_dead(self, job_ids: Sequence[str], job_keys: Sequence[str]) -> int:
-        purged = 0
-        for job_id, job_key in zip(job_ids, job_keys, strict=True):
-            shard = self.dead_shard(job_id)
-            if shard is not None:
-                purged += FairStore.purge_dead(shard, [job_id], [job_key])
-        return purged
 
     def pause(self, account: str | None = None, queue: str | None = None, *, by: str = "",
               reason: str = "") -> OperatorPause:
