@@ -1,0 +1,58 @@
+-- move_in: a reshard (store/reshard.py) copies an account's waiting jobs and its state to the
+-- shard it moves to. Idempotent: a rerun copies the same again. The copied reshard pause holds
+-- the account here until move_out has taken its jobs off the old shard (then it is resumed).
+-- KEYS: global keys.
+-- ARGV: [1] the account (encoded), [2] "1": a late copy to an account that runs here already
+--       (what is here wins: HSETNX, SET NX), then four counted sections, each a count and its
+--       entries: hash fields (key name after the tag, field, value), first, so the pause is
+--       there before any job; jobs (job id, record, due time or "" when ready); sorted set
+--       members (key name, member, score); strings (key name, value, ms to live or 0).
+-- Returns the number of jobs it stored anew.
+local tag = string.sub(K_RECORDS, 1, -8)
+local account, late = ARGV[1], ARGV[2] == '1'
+local at, stored = 3, 0
+local function section(width, each)
+  local count = tonumber(ARGV[at])
+  at = at + 1
+  for _ = 1, count do
+    each(ARGV[at], ARGV[at + 1], ARGV[at + 2])
+    at = at + width
+  end
+end
+
+section(3, function(name, field, value)
+  redis.call(late and 'HSETNX' or 'HSET', tag .. name, field, value)
+end)
+section(3, function(job_id, record, due)
+  local job = split_record(record)
+  if redis.call('HSETNX', K_RECORDS, job_id, record) == 1 then
+    stored = stored + 1
+  elseif late then
+    return
+  end
+  local qk = queue_named(job.queue)
+  redis.call('SADD', K_QUEUES, job.queue)
+  if due ~= '' then
+    if redis.call('ZADD', qk.delayed, due, job_id) == 1 then
+      redis.call('HINCRBY', qk.ndelayed, account, 1)
+    end
+  else
+    redis.call('ZADD', qk.ready, 0, ready_member(account, job.seq, job_id))
+    redis.call('HSETNX', qk.state, account, 'o')  -- paused (see resume.lua)
+  end
+end)
+section(3, function(name, member, score)
+  redis.call('ZADD', tag .. name, score, member)
+end)
+section(3, function(name, value, ttl)
+  if late and ttl ~= '0' then
+    redis.call('SET', tag .. name, value, 'NX', 'PX', ttl)
+  elseif late then
+    redis.call('SET', tag .. name, value, 'NX')
+  elseif ttl ~= '0' then
+    redis.call('SET', tag .. name, value, 'PX', ttl)
+  else
+    redis.call('SET', tag .. name, value)
+  end
+end)
+return stored
