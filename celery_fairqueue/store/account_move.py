@@ -29,11 +29,13 @@ import os
 import signal
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..protocol import NO_JOB_KEY
 from .core import FairStore
 from .keys import decode_id, encode_id
 from .lua import load_script
+from .records import JobRecord, ReadyMember
 
 #: Environment variable of the tests: ``"K:in"`` or ``"K:out"`` makes the reshard SIGKILL itself
 #: after the K-th account's step 2 or step 3 (the crash-safety tests).
@@ -79,7 +81,7 @@ class AccountMover:
         kill = os.environ.get(KILL_ENV, "")
         self._kill_after, _, self._kill_step = kill.partition(":")
 
-    def run(self, name: str, shard: int, args: Iterable[object]) -> object:
+    def run(self, name: str, shard: int, args: Iterable[Any]) -> Any:
         keys = [getattr(self.shards[shard].keys, key) for key in self._sources[name].global_keys]
         return self._scripts[name](keys=keys, args=list(args))
 
@@ -103,7 +105,7 @@ class AccountMover:
             done, vanished = self.run("move_out", old, [
                 account, new, *_counted([(job_id,) for job_id, _, _ in state.jobs]),
                 *_counted(state.fields), *_counted([(n, v) for n, v, _ in state.strings]),
-                *_counted([(n, m) for n, m, _ in state.members])])  # type: ignore[misc]
+                *_counted([(n, m) for n, m, _ in state.members])])
             if vanished:
                 self.run("move_drop", new, vanished)
             self.moved_jobs += len(state.jobs) - len(vanished)
@@ -142,19 +144,20 @@ class AccountMover:
             state.fields.append((keys.dead.removeprefix(tag), job_id, letter))
             state.members.append((keys.dead_index.removeprefix(tag), job_id, repr(at)))
         due = {job_id: repr(at) for job_id, (owner, at) in delayed.items() if owner == account}
-        job_ids = [member.split("|", 2)[2] for ready in readies for member in ready]
+        job_ids = [ReadyMember.parse(member).job_id for ready in readies for member in ready]
         job_ids += due
-        records = self.client.hmget(keys.records, job_ids) if job_ids else []
+        records = [text(raw) for raw in self.client.hmget(keys.records, job_ids)] \
+            if job_ids else []
         names = set(markers)
         for job_id, record in zip(job_ids, records, strict=True):
-            if record is None:
+            if not record:
                 continue
-            header = record.partition("\n")[0].split(" ")
-            if header[6] != "-":  # leased: it settles on the old shard
+            job = JobRecord.parse(record)
+            if job.owner is not None:  # leased: it settles on the old shard
                 continue
             state.jobs.append((job_id, record, due.get(job_id, "")))
-            if header[3] != NO_JOB_KEY:
-                names.add(f"key:{header[3]}")
+            if job.stored_key != NO_JOB_KEY:
+                names.add(f"key:{job.stored_key}")
         state.strings = self.read_strings(old, sorted(names))
         return state
 
@@ -166,7 +169,7 @@ class AccountMover:
             pipe.get(tag + name)
             pipe.pttl(tag + name)
         read = pipe.execute() if names else []
-        return [(name, value, str(max(ttl, 0)))
+        return [(name, text(value), str(max(ttl, 0)))
                 for name, value, ttl in zip(names, read[::2], read[1::2], strict=True)
                 if value is not None and ttl != -2]
 
@@ -195,6 +198,13 @@ class AccountMover:
         if self._kill_after and step == self._kill_step and \
                 self.moved_accounts + 1 >= int(self._kill_after):
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def text(value: str | bytes | None) -> str:
+    """A value the client read (decoded already, but typed as either; "" for none)."""
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _counted(entries: Sequence[tuple[object, ...]]) -> list[object]:

@@ -28,10 +28,12 @@ from dataclasses import dataclass
 
 from ..errors import FairqueueError
 from ..settings import FairqueueSettings
-from .account_move import AccountMover
+from .account_move import AccountMover, text
+from .client import AnyClient
 from .core import FairStore
 from .dead_letters import DeadLetter
 from .keys import Keys, decode_id, encode_id
+from .records import JobRecord
 from .shards import account_shard
 
 #: Accounts frozen, drained and moved together: their jobs wait while their chunk moves.
@@ -58,9 +60,9 @@ class ReshardReport:
     done_before: bool = False  # the store had N shards already: nothing to do
 
 
-def read_layout(client: object, home: Keys) -> tuple[int, int | None]:
+def read_layout(client: AnyClient, home: Keys) -> tuple[int, int | None]:
     """The store's (S, N) while a move runs, else (S, None)."""
-    held = str(client.get(home.shard_count) or "1")  # type: ignore[attr-defined]
+    held = text(client.get(home.shard_count)) or "1"
     old, _, new = held.partition(">")
     return int(old), int(new) if new else None
 
@@ -106,7 +108,7 @@ class Resharder:
         """``"S>N"`` in the store's home, then wait until every process has re-read it."""
         self.client.set(self.keys.shard_count, f"{old}>{self.to}")
         self.client.set(self.keys.shard_move, repr(self.home.server_time()), nx=True)
-        ready_at = float(self.client.get(self.keys.shard_move)) + self.settle
+        ready_at = float(text(self.client.get(self.keys.shard_move))) + self.settle
         wait = ready_at - self.home.server_time()
         if wait > 0:
             self.say(f"moving from {old} to {self.to} shards: waiting {wait:.0f} s for every "
@@ -128,7 +130,7 @@ class Resharder:
         store = mover.shards[shard]
         markers, orphans = self._markers(store)
         moved = {account: int(state[2:]) for account, state
-                 in self.client.hgetall(store.keys.moved).items() if state.startswith("m ")}
+                 in self._hash(store.keys.moved).items() if state.startswith("m ")}
         for account, to in moved.items():  # markers its last jobs here wrote after it moved
             mover.copy_late(to, mover.read_strings(shard, markers.get(account, [])))
         targets = {account: to for account in self._accounts(store) | markers.keys()
@@ -158,7 +160,7 @@ class Resharder:
         keys = store.keys
         found: set[str] = set()
         for _, record in self.client.hscan_iter(keys.records, count=SCAN_COUNT):
-            found.add(record.partition("\n")[0].split(" ")[1])
+            found.add(encode_id(JobRecord.parse(record).account))
         for key in (keys.limits, keys.limit_config, keys.buckets, keys.moved):
             found |= {name for name, _ in self.client.hscan_iter(key, count=SCAN_COUNT)}
         found.discard("*")  # the default limit's field
@@ -198,7 +200,7 @@ class Resharder:
         for start in range(0, len(names), SCAN_COUNT):
             part = names[start:start + SCAN_COUNT]
             for name, raw in zip(part, self.client.mget(part), strict=True):
-                account = _marker_account(raw)
+                account = _marker_account(text(raw))
                 if account is not None:
                     mine.setdefault(account, []).append(name.removeprefix(tag))
                 elif raw is not None:
@@ -209,8 +211,9 @@ class Resharder:
         """Every delayed job of ``store``: job id -> (its account, encoded; its due time)."""
         due: dict[str, float] = {}
         for queue in store.known_queues():
-            due.update(self.client.zrange(store.keys.queue(queue).delayed, 0, -1,
-                                          withscores=True))
+            delayed: list[tuple[str, float]] = self.client.zrange(  # type: ignore[assignment]
+                store.keys.queue(queue).delayed, 0, -1, withscores=True)
+            due.update(delayed)
         ids = list(due)
         found: dict[str, tuple[str, float]] = {}
         for start in range(0, len(ids), SCAN_COUNT):
@@ -218,19 +221,22 @@ class Resharder:
             for job_id, record in zip(part, self.client.hmget(store.keys.records, part),
                                       strict=True):
                 if record is not None:
-                    found[job_id] = (record.partition("\n")[0].split(" ")[1], due[job_id])
+                    found[job_id] = (encode_id(JobRecord.parse(record).account), due[job_id])
         return found
 
     def _thaw_moved(self, mover: AccountMover, shard: int) -> None:
         """Thaw on its new shard every account marked moved on ``shard`` (a rerun after a kill
         between a move's steps 3 and 4 finds one still paused there)."""
-        moved = self.client.hgetall(mover.shards[shard].keys.moved)
-        for account, state in moved.items():
+        for account, state in self._hash(mover.shards[shard].keys.moved).items():
             if state.startswith("m "):
                 mover.thaw(int(state[2:]), account)
 
 
-def _marker_account(raw: str | None) -> str | None:
+    def _hash(self, key: str) -> dict[str, str]:
+        return {text(name): text(value) for name, value in self.client.hgetall(key).items()}
+
+
+def _marker_account(raw: str) -> str | None:
     """The encoded account a marker names (make_marker in _lib.lua), or None."""
     try:
         data = json.loads(raw or "")

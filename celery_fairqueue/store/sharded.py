@@ -103,8 +103,8 @@ class ShardedStore(FairStore):
         try:
             self.check_shards()
         except ShardCountError:  # reshard: moved on without this process; its acks settle
-            for n, settling in by_shard.items():
-                self.shards[n].claim([], 0, token, "", acks=settling)
+            for index, settling in by_shard.items():
+                self.shards[index].claim([], 0, token, "", acks=settling)
             raise
         leases: list[Lease] = []
         expired: list[Lease] = []

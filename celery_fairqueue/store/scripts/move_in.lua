@@ -23,9 +23,10 @@ end
 section(3, function(name, field, value)
   redis.call(late and 'HSETNX' or 'HSET', tag .. name, field, value)
 end)
-section(3, function(job_id, record, due)
+-- a record as the old shard's scripts made it (make_record), copied byte for byte
+section(3, function(moved_id, record, due)
   local job = split_record(record)
-  if redis.call('HSETNX', K_RECORDS, job_id, record) == 1 then
+  if redis.call('HSETNX', K_RECORDS, moved_id, record) == 1 then
     stored = stored + 1
   elseif late then
     return
@@ -33,11 +34,11 @@ section(3, function(job_id, record, due)
   local qk = queue_named(job.queue)
   redis.call('SADD', K_QUEUES, job.queue)
   if due ~= '' then
-    if redis.call('ZADD', qk.delayed, due, job_id) == 1 then
+    if redis.call('ZADD', qk.delayed, due, moved_id) == 1 then
       redis.call('HINCRBY', qk.ndelayed, account, 1)
     end
   else
-    redis.call('ZADD', qk.ready, 0, ready_member(account, job.seq, job_id))
+    redis.call('ZADD', qk.ready, 0, ready_member(account, job.seq, moved_id))
     redis.call('HSETNX', qk.state, account, 'o')  -- paused (see resume.lua)
   end
 end)
