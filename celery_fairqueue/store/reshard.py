@@ -32,7 +32,7 @@ from .account_move import AccountMover, text
 from .client import AnyClient
 from .core import FairStore
 from .dead_letters import DeadLetter
-from .keys import Keys, decode_id, encode_id
+from .keys import DEFAULT_LIMIT_FIELD, Keys, decode_id, encode_id
 from .records import JobRecord
 from .shards import account_shard
 
@@ -96,6 +96,7 @@ class Resharder:
                   for n in range(self.to)]
         mover = AccountMover(shards)
         self._announce(old)
+        self._copy_store_wide(shards, old)
         for shard in range(old):
             while self._drain(mover, old, shard):
                 pass  # again: accounts frozen by their enqueues while it ran
@@ -114,6 +115,19 @@ class Resharder:
             self.say(f"moving from {old} to {self.to} shards: waiting {wait:.0f} s for every "
                      f"worker and producer to see the move")
             time.sleep(wait)
+
+    def _copy_store_wide(self, shards: list[FairStore], old: int) -> None:
+        """What every shard keeps a copy of, to the new shards: the store's default limit (for
+        their claims) and the queues' operator pauses."""
+        home = shards[0].keys
+        default = self.client.hget(home.limits, DEFAULT_LIMIT_FIELD)
+        pauses = {name: raw for name, raw in self._hash(home.pauses).items()
+                  if name.startswith("q:")}
+        for shard in shards[old:]:
+            if default is not None:
+                self.client.hset(shard.keys.limits, DEFAULT_LIMIT_FIELD, default)
+            if pauses:
+                self.client.hset(shard.keys.pauses, mapping=pauses)  # type: ignore[arg-type]
 
     def _finish(self, old: int) -> None:
         """Every account moved: the store has N shards. The old shards keep forwarding the
@@ -163,7 +177,7 @@ class Resharder:
             found.add(encode_id(JobRecord.parse(record).account))
         for key in (keys.limits, keys.limit_config, keys.buckets, keys.moved):
             found |= {name for name, _ in self.client.hscan_iter(key, count=SCAN_COUNT)}
-        found.discard("*")  # the default limit's field
+        found.discard(DEFAULT_LIMIT_FIELD)
         for name, _ in self.client.hscan_iter(keys.pauses, count=SCAN_COUNT):
             if name.startswith("a:"):
                 found.add(name.split(":")[1])
