@@ -2,9 +2,8 @@
 
 ``status``, ``accounts``, ``jobs``, ``workers`` and ``scheduled`` only read. ``pause``,
 ``resume``, ``cancel`` and ``run-now`` act on waiting jobs; ``reshard`` moves the store to more
-shards. ``dlq list`` and ``dlq show`` read the
-dead letters; ``dlq replay`` and ``dlq purge`` change them, and purge asks for confirmation
-unless ``--yes``.
+shards. ``dlq list`` and ``dlq show`` read the dead letters; ``dlq replay`` and ``dlq purge``
+change them, and purge asks for confirmation unless ``--yes``.
 Whoever can run this command can reach Redis and the Celery app, so it checks no user
 permissions; ``manage.py fairqueue`` is the command that does. Arguments of jobs are shown only
 with ``--show-args``, and then masked by the task's ``redact`` names. The reports themselves

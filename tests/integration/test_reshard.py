@@ -135,6 +135,8 @@ def test_a_reshard_killed_after_an_account_left_its_old_shard_is_finished(
     killed = reshard(redis_server.url, 16, kill="3:out", settle=0)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert reshard(redis_server.url, 16, settle=0).returncode == 0
+    shrink = reshard(redis_server.url, 8, settle=0)
+    assert shrink.returncode != 0 and "only adds shards" in shrink.stderr, shrink.stderr
     where = placed(redis_client, 16)
     assert sorted(where) == sorted(jobs)
     moved = open_store(settings(redis_server.url, 16))
