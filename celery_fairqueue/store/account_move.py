@@ -143,8 +143,11 @@ class AccountMover:
         for job_id, letter, at in letters:
             state.fields.append((keys.dead.removeprefix(tag), job_id, letter))
             state.members.append((keys.dead_index.removeprefix(tag), job_id, repr(at)))
-        due = {job_id: repr(at) for job_id, (owner, at) in delayed.items() if owner == account}
         job_ids = [ReadyMember.parse(member).job_id for ready in readies for member in ready]
+        ready = set(job_ids)
+        # delayed as the chunk froze, unless ready now (promoted since): placed once
+        due = {job_id: repr(at) for job_id, (owner, at) in delayed.items()
+               if owner == account and job_id not in ready}
         job_ids += due
         records = [text(raw) for raw in self.client.hmget(keys.records, job_ids)] \
             if job_ids else []

@@ -106,8 +106,11 @@ class Resharder:
                              time.monotonic() - started)
 
     def _announce(self, old: int) -> None:
-        """``"S>N"`` in the store's home, then wait until every process has re-read it."""
+        """``"S>N"`` in the store's home, then wait until every process has re-read it. The
+        old shards' forwarding of an earlier move is kept for the whole of this one."""
         self.client.set(self.keys.shard_count, f"{old}>{self.to}")
+        for shard in range(old):
+            self.client.persist(Keys(self.keys.prefix, shard).moved)
         self.client.set(self.keys.shard_move, repr(self.home.server_time()), nx=True)
         ready_at = float(text(self.client.get(self.keys.shard_move))) + self.settle
         wait = ready_at - self.home.server_time()

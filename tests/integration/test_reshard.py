@@ -191,3 +191,28 @@ def test_a_marker_names_its_account_for_a_reshard(redis_server, redis_client):
     assert '"account":"a%20b"' in raw
     store.mark_started("k1", "t1:0")
     assert '"account":"a%20b"' in redis_client.get(Keys("fairqueue").job_key("k1"))
+
+
+@pytest.mark.slow
+def test_a_job_promoted_on_its_old_shard_between_a_copy_and_a_rerun_waits_in_one_place(
+        redis_server, redis_client):
+    store = open_store(settings(redis_server.url, 4))
+    store.check_shards()
+    account = next(f"acct{n}" for n in range(100)
+                   if account_shard(f"acct{n}", 4) != account_shard(f"acct{n}", 16))
+    old, new = account_shard(account, 4), account_shard(account, 16)
+    store.enqueue(queue="celery", account=account, job_id="j:0", envelope="{}",
+                  due=time.time() + 1.0)
+    killed = reshard(redis_server.url, 16, kill="1:in", settle=0)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    ready, delayed = (Keys("fairqueue", new).queue("celery").ready,
+                      Keys("fairqueue", new).queue("celery").delayed)
+    assert redis_client.zrange(delayed, 0, -1) == ["j:0"]  # copied as it was: delayed
+    time.sleep(1.1)
+    # its old shard's claim promotes it to ready there (frozen: it does not run)
+    assert store.shards[old].claim(["celery"], 1, "w", "0 1 0 - 1").leases == []
+    assert reshard(redis_server.url, 16, settle=0).returncode == 0
+    assert placed(redis_client, 16) == {"j:0": new}
+    assert redis_client.zrange(delayed, 0, -1) == []
+    assert [member.rsplit("|", 1)[1] for member in redis_client.zrange(ready, 0, -1)] == ["j:0"]
+    assert redis_client.hgetall(Keys("fairqueue", new).queue("celery").ndelayed) == {}

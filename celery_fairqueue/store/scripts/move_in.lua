@@ -23,14 +23,22 @@ end
 section(3, function(name, field, value)
   redis.call(late and 'HSETNX' or 'HSET', tag .. name, field, value)
 end)
--- a record as the old shard's scripts made it (make_record), copied byte for byte
+-- a record as the old shard's scripts made it (make_record), copied byte for byte; a copy made
+-- before (a rerun, the job promoted on the old shard since) is taken out of its place first, so
+-- the job waits in one place only: ready, or delayed
 section(3, function(moved_id, record, due)
   local job = split_record(record)
-  if redis.call('HSETNX', K_RECORDS, moved_id, record) == 1 then
-    stored = stored + 1
-  elseif late then
+  local held = read_job(moved_id)
+  if held and late then
     return
+  elseif held then
+    local before = queue_named(held.queue)
+    redis.call('ZREM', before.ready, ready_member(account, held.seq, moved_id))
+    take_delayed(before, account, moved_id)
+  else
+    stored = stored + 1
   end
+  redis.call('HSET', K_RECORDS, moved_id, record)
   local qk = queue_named(job.queue)
   redis.call('SADD', K_QUEUES, job.queue)
   if due ~= '' then
