@@ -176,12 +176,20 @@ class AccountMover:
                 for name, value, ttl in zip(names, read[::2], read[1::2], strict=True)
                 if value is not None and ttl != -2]
 
-    def copy_late(self, new: int, strings: Sequence[tuple[str, str, str]]) -> None:
-        """Markers written on an old shard after their account moved (a job that ran there
-        settled late) or that name no account (written before markers did): copied to shard
-        ``new`` unless it holds them already."""
-        if strings:
-            self.run("move_in", new, ["", "1", 0, 0, 0, *_counted(strings)])
+    def copy_late(self, new: int, strings: Sequence[tuple[str, str, str]],
+                  letters: Sequence[tuple[str, str, float]] = ()) -> None:
+        """What an account left on an old shard when it moved there at an enqueue (its done
+        markers and dead letters), or wrote there after it moved (a job that ran there settled
+        late), and the markers that name no account (written before markers did): copied to
+        shard ``new`` unless it holds them already."""
+        keys = self.shards[new].keys
+        tag = keys.tag + ":"
+        fields = [(keys.dead.removeprefix(tag), job_id, letter) for job_id, letter, _ in letters]
+        members = [(keys.dead_index.removeprefix(tag), job_id, repr(at))
+                   for job_id, _, at in letters]
+        if strings or letters:
+            self.run("move_in", new, ["", "1", *_counted(fields), 0, *_counted(members),
+                                      *_counted(strings)])
 
     def thaw(self, new: int, account: str) -> None:
         """Step 4: the reshard's pause on shard ``new`` gives way (a no-op when it did)."""

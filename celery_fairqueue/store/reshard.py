@@ -23,7 +23,7 @@ import dataclasses
 import json
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from ..errors import FairqueueError
@@ -148,12 +148,14 @@ class Resharder:
         markers, orphans = self._markers(store)
         moved = {account: int(state[2:]) for account, state
                  in self._hash(store.keys.moved).items() if state.startswith("m ")}
-        for account, to in moved.items():  # markers its last jobs here wrote after it moved
-            mover.copy_late(to, mover.read_strings(shard, markers.get(account, [])))
         targets = {account: to for account in self._accounts(store) | markers.keys()
                    if account not in moved
                    and (to := account_shard(decode_id(account), self.to)) != shard}
-        letters = self._letters(store, targets)
+        letters = self._letters(store, targets.keys() | moved.keys())
+        for account, to in moved.items():  # moved at an enqueue, or its last jobs ran late
+            mover.copy_late(to, mover.read_strings(shard, markers.get(account, [])),
+                            letters.get(account, []))
+            self._drop_letters(store, letters.get(account, []))
         accounts = sorted(targets)
         for start in range(0, len(accounts), CHUNK):
             chunk = {account: targets[account] for account in accounts[start:start + CHUNK]}
@@ -186,9 +188,15 @@ class Resharder:
                 found.add(name.split(":")[1])
         return found
 
-    def _letters(self, store: FairStore, targets: dict[str, int]
+    def _drop_letters(self, store: FairStore, letters: list[tuple[str, str, float]]) -> None:
+        """Dead letters copied to an account's new shard, off its old one."""
+        if letters:
+            self.client.hdel(store.keys.dead, *(job_id for job_id, _, _ in letters))
+            self.client.zrem(store.keys.dead_index, *(job_id for job_id, _, _ in letters))
+
+    def _letters(self, store: FairStore, targets: Collection[str]
                  ) -> dict[str, list[tuple[str, str, float]]]:
-        """The dead letters of the accounts that move, by account."""
+        """The dead letters of the encoded accounts ``targets``, by account."""
         found: dict[str, list[tuple[str, str, float]]] = {}
         for job_id, raw in self.client.hscan_iter(store.keys.dead, count=SCAN_COUNT):
             account = DeadLetter.from_json(raw).account

@@ -216,3 +216,27 @@ def test_a_job_promoted_on_its_old_shard_between_a_copy_and_a_rerun_waits_in_one
     assert redis_client.zrange(delayed, 0, -1) == []
     assert [member.rsplit("|", 1)[1] for member in redis_client.zrange(ready, 0, -1)] == ["j:0"]
     assert redis_client.hgetall(Keys("fairqueue", new).queue("celery").ndelayed) == {}
+
+
+def test_while_a_move_runs_an_account_is_frozen_where_its_jobs_wait_else_sent_on(
+        redis_server, redis_client):
+    store = open_store(settings(redis_server.url, 4))
+    store.check_shards()
+    waiting, fresh = [f"acct{n}" for n in range(100)
+                      if account_shard(f"acct{n}", 4) != account_shard(f"acct{n}", 16)][:2]
+    store.enqueue(queue="celery", account=waiting, job_id="w1:0", envelope="{}")
+    redis_client.set("{fairqueue}:shards", "4>16")  # announced
+    time.sleep(0.1)
+    old, new = account_shard(waiting, 4), account_shard(waiting, 16)
+    store.enqueue(queue="other", account=waiting, job_id="w2:0", envelope="{}")
+    assert redis_client.hget(Keys("fairqueue", old).moved, waiting) == f"f {new}"
+    assert placed(redis_client, 4) == {"w1:0": old, "w2:0": old}  # frozen there, both
+    [pause] = store.pauses()
+    assert (pause.account, pause.by) == (waiting, "fairqueue reshard")
+    store.enqueue(queue="celery", account=fresh, job_id="f1:0", envelope="{}")
+    fresh_old, fresh_new = account_shard(fresh, 4), account_shard(fresh, 16)
+    assert redis_client.hget(Keys("fairqueue", fresh_old).moved, fresh) == f"m {fresh_new}"
+    assert redis_client.hexists(Keys("fairqueue", fresh_new).records, "f1:0")
+    Resharder(settings(redis_server.url, 4), 16, settle=0).run()
+    assert placed(redis_client, 16) == {"w1:0": new, "w2:0": new, "f1:0": fresh_new}
+    assert open_store(settings(redis_server.url, 16)).pauses() == []

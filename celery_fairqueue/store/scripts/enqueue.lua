@@ -47,8 +47,34 @@ end
 -- a reshard (store/reshard.py): an account moved away from this shard is enqueued on the shard
 -- it moved to (status 7, that shard's index). While the store moves, the caller says where the
 -- account goes ([16]): one that holds nothing here that the job depends on (ready or delayed
--- jobs in the queue, the job's own delivery or business key, a limit, a bucket, running jobs)
--- goes there at once; one that does is frozen here (freeze_account), and moved with this job.
+-- jobs in any queue, jobs running under a cap, the job's own delivery or business key, a limit,
+-- a bucket, a pause) moves there at once, marked moved (its other done markers and dead letters
+-- follow with the reshard); one that does is frozen here (freeze_account), and moved with this
+-- job by the reshard.
+-- Whether the account holds anything here that this job depends on (see above).
+local function holds_here(tag)
+  if redis.call('HEXISTS', K_RECORDS, job_id) == 1 or
+      (job_key ~= '-' and redis.call('EXISTS', key_of(job_key)) == 1) or
+      redis.call('HEXISTS', K_LIMITS, account) == 1 or
+      redis.call('HEXISTS', tag .. 'buckets', account) == 1 then
+    return true
+  end
+  if redis.call('HLEN', tag .. 'pauses') > 0 and
+      (redis.call('HEXISTS', tag .. 'pauses', 'a:' .. account .. ':*') == 1 or
+       redis.call('HEXISTS', tag .. 'pauses', 'a:' .. account .. ':' .. queue) == 1) then
+    return true
+  end
+  local low, high = member_range(account)
+  for _, name in ipairs(redis.call('SMEMBERS', K_QUEUES)) do
+    local other = queue_named(name)
+    if redis.call('ZLEXCOUNT', other.ready, low, high) > 0 or
+        redis.call('HEXISTS', other.ndelayed, account) == 1 or
+        redis.call('HEXISTS', other.running, account) == 1 then
+      return true
+    end
+  end
+  return false
+end
 if SHARDED then
   local tag = string.sub(K_RECORDS, 1, -8)
   local moved = redis.call('HGET', tag .. 'moved', account)
@@ -57,15 +83,8 @@ if SHARDED then
     return {7, string.sub(moved, 3)}
   end
   if not moved and target ~= '' then
-    local low, high = member_range(account)
-    local held = redis.call('HEXISTS', K_RECORDS, job_id) == 1 or
-      redis.call('ZLEXCOUNT', qk.ready, low, high) > 0 or
-      redis.call('HEXISTS', qk.ndelayed, account) == 1 or
-      redis.call('HEXISTS', qk.running, account) == 1 or
-      (job_key ~= '-' and redis.call('EXISTS', key_of(job_key)) == 1) or
-      redis.call('HEXISTS', K_LIMITS, account) == 1 or
-      redis.call('HEXISTS', tag .. 'buckets', account) == 1
-    if not held then
+    if not holds_here(tag) then
+      redis.call('HSET', tag .. 'moved', account, 'm ' .. target)
       return {7, target}
     end
     freeze_account(account, target)
