@@ -93,7 +93,8 @@ class Jobs(StoreDoor):
         ``priority`` (0-9, 0 first) orders the job among its account's own. Past ``expires``
         (epoch seconds) the claim drops the job instead of running it. ``moving_to``: while a
         reshard moves the store, the shard the account moves to (see enqueue.lua)."""
-        self.check_shards()
+        with operation("enqueue"):  # a failure to read the store's shards is the enqueue's
+            self.check_shards()
         args = self._enqueue_args(queue=queue, account=account, job_id=job_id,
                                   envelope=envelope, due=due, job_key=job_key, dedupe=dedupe,
                                   task=task, shown_args=shown_args, replays=replays,

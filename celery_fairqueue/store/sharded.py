@@ -23,7 +23,7 @@ from ..errors import ShardCountError
 from ..limits import AccountLimit
 from ..settings import FairqueueSettings
 from .chooser import ShardChooser
-from .client import AnyClient
+from .client import AnyClient, operation
 from .core import FairStore
 from .fleet import Beat, WorkerRegistration
 from .jobs import AccountMoved, Claim, EnqueueResult
@@ -82,7 +82,8 @@ class ShardedStore(FairStore):
     def enqueue(self, *, account: str, **job: Any) -> EnqueueResult:
         """On the account's shard; while a reshard moves the store, on its old shard, told
         where the account goes (enqueue.lua), or where the old shard says it went."""
-        self.check_shards()
+        with operation("enqueue"):
+            self.check_shards()
         shard = account_shard(account, self._route)
         target = account_shard(account, self.shard_move[1]) if self.shard_move else shard
         try:
