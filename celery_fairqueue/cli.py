@@ -1,9 +1,9 @@
 """``celery -A proj fairqueue ...``: the operator's view of the fair store, from Redis alone.
 
 ``status``, ``accounts``, ``jobs``, ``workers`` and ``scheduled`` only read. ``pause``,
-``resume``, ``cancel`` and ``run-now`` act on waiting jobs. ``dlq list`` and ``dlq show`` read the
-dead letters; ``dlq replay`` and ``dlq purge`` change them, and purge asks for confirmation
-unless ``--yes``.
+``resume``, ``cancel`` and ``run-now`` act on waiting jobs; ``reshard`` moves the store to more
+shards. ``dlq list`` and ``dlq show`` read the dead letters; ``dlq replay`` and ``dlq purge``
+change them, and purge asks for confirmation unless ``--yes``.
 Whoever can run this command can reach Redis and the Celery app, so it checks no user
 permissions; ``manage.py fairqueue`` is the command that does. Arguments of jobs are shown only
 with ``--show-args``, and then masked by the task's ``redact`` names. The reports themselves
@@ -46,7 +46,9 @@ from .reports import (
     status_report,
     workers_report,
 )
+from .settings import MAX_SHARDS, settings_for
 from .store import ConsoleReader, DeadLetters, StoreInspector, store_for
+from .store.reshard import Resharder, ReshardError, describe
 
 # -- the celery sub-command ------------------------------------------------------------------
 
@@ -253,6 +255,27 @@ def limits(ctx: click.Context, set_default: bool, account: str | None, clear: bo
         raise click.UsageError(str(exc)) from None
     if account is None:
         ctx.obj.echo(default_limit_text(store.default_limit()))
+
+
+@fairqueue.command(cls=StoreCommand)
+@click.option("--to", "to", cls=CeleryOption, type=click.IntRange(2, MAX_SHARDS), required=True,
+              help_group="Reshard Options", help="The number of shards to move the store to.")
+@click.option("--settle", cls=CeleryOption, type=click.FloatRange(0), default=None,
+              help_group="Reshard Options",
+              help="Seconds to wait after announcing the move before moving any account "
+                   "(default: fairqueue_shards_check_interval and 5 s): every worker and "
+                   "producer must have seen the move by then.")
+@click.pass_context
+def reshard(ctx: click.Context, to: int, settle: float | None, **kwargs: Any) -> None:
+    """Move the store to --to shards (more than it has), while workers and producers run.
+    Safe to interrupt: run it again to finish the move; once finished, set fairqueue_shards
+    to the new number everywhere (docs/deployment.md, "Resharding")."""
+    try:
+        report = Resharder(settings_for(_app(ctx)), to, settle=settle, say=ctx.obj.echo).run()
+    except ReshardError as exc:
+        raise CeleryCommandException(message=str(exc), exit_code=EX_FAILURE) from None
+    for line in describe(report):
+        ctx.obj.echo(line)
 
 
 @fairqueue.group()

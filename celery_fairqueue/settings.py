@@ -61,6 +61,9 @@ class FairqueueSettings:
         "shard under its own hash tag, so a Redis Cluster spreads them over its primaries. "
         "1: one hash tag, one Redis core. Every worker and producer must agree with the "
         "store's; change it with `celery -A proj fairqueue reshard --to N`.")
+    shards_check_interval: float = _setting(
+        60.0, "How often a worker or producer re-reads the store's number of shards (a reshard "
+        "waits this long after announcing a move before it moves any account).")
     lease_seconds: float = _setting(
         60.0, "How long a claimed job stays leased without a heartbeat before it is reaped.")
     heartbeat_interval: float = _setting(
@@ -135,7 +138,8 @@ class FairqueueSettings:
                 "fairqueue_redis_transport_options must give the master_name that the sentinels "
                 "monitor when fairqueue_redis_url is sentinel://, e.g. {'master_name': 'mymaster'}")
         for name in ("lease_seconds", "heartbeat_interval", "reap_interval", "poll_interval",
-                     "job_retention", "enqueue_timeout", "max_retry_delay"):
+                     "shards_check_interval", "job_retention", "enqueue_timeout",
+                     "max_retry_delay"):
             if not getattr(self, name) > 0 or getattr(self, name) == float("inf"):
                 raise ConfigurationError(f"fairqueue_{name} must be positive and finite")
         if not 1 <= self.shards <= MAX_SHARDS:

@@ -25,7 +25,6 @@ from .keys import Keys, QueueKeys, decode_id
 from .lua import load_script
 
 EVENTS_CHECK_SECONDS = 5.0  # how often a store asks whether a recorder listens
-SHARDS_CHECK_SECONDS = 60.0  # how often a store asks how many shards the store has
 
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "wake", "bury", "emit",
                 "take_dead", "restore_dead", "purge_dead", "give_back", "cancel", "pause",
@@ -66,6 +65,7 @@ class StoreDoor:
         self._emits = {name: source.events for name, source in sources.items()}
         self._recording = False
         self._shards_checked = float("-inf")
+        self.shard_move: tuple[int, int] | None = None  # (S, N) while a reshard runs
         # the scripts' MODE: a recorder listens, the store has shards, on a cluster
         shape = ("1" if settings.shards > 1 else "0") + ("1" if is_cluster(client) else "0")
         self._mode_recording, self._mode_quiet = (f"1{shape}".encode(), f"0{shape}".encode())
@@ -148,13 +148,16 @@ class StoreDoor:
 
     def check_shards(self) -> None:
         """Raise ShardCountError unless the store is laid out in ``fairqueue_shards`` shards, as
-        its home records (asked at most once a minute). A store that records none is of one
-        shard, or, empty, takes this one's number."""
+        its home records (asked every ``fairqueue_shards_check_interval``). A store that
+        records none is of one shard, or, empty, takes this one's number. While a reshard moves
+        it from S to N shards (``"S>N"``, store/reshard.py), a sharded process of either S or N
+        is accepted, and ``shard_move`` says (S, N): the store follows the move (sharded.py).
+        A shard of a sharded store asks its home, which checks once for all."""
         if self.home is not self:
             self.home.check_shards()
             return
         now = time.monotonic()
-        if now - self._shards_checked < SHARDS_CHECK_SECONDS:
+        if now - self._shards_checked < self.settings.shards_check_interval:
             return
         wanted = self.settings.shards
         home = Keys(self.keys.prefix)
@@ -164,12 +167,19 @@ class StoreDoor:
                 self.client.set(home.shard_count, wanted, nx=True)
             held = str(self.client.get(home.shard_count) or "")
         held = held or "1"
-        if int(held) != wanted:
+        # reshard: "S>N" while a move runs
+        old, _, new = held.partition(">")
+        self.shard_move = (int(old), int(new)) if new else None
+        if self.shard_move and wanted > 1 and wanted in self.shard_move:
+            self._shards_checked = now
+            return
+        if new or int(held) != wanted:
+            shown = f"being moved from {old} to {new}" if new else f"laid out in {held}"
             raise ShardCountError(
-                f"the fair store {self.keys.prefix!r} is laid out in {held} shard(s), and "
-                f"this process says fairqueue_shards = {wanted}: set fairqueue_shards = "
-                f"{held}, or move the store with `celery -A proj fairqueue reshard --to "
-                f"{wanted}` (docs/deployment.md)")
+                f"the fair store {self.keys.prefix!r} is {shown} shard(s), and this process "
+                f"says fairqueue_shards = {wanted}: set fairqueue_shards = {new or held}, or "
+                f"move the store with `celery -A proj fairqueue reshard --to {wanted}` "
+                f"(docs/deployment.md)")
         self._shards_checked = now
 
     def known_queues(self) -> list[str]:

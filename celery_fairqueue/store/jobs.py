@@ -22,6 +22,15 @@ from .leases import Lease
 from .records import Marker, build_dead_record, marker_external_id
 
 
+class AccountMoved(Exception):
+    """The enqueue's shard says a reshard moved the account to shard ``shard``: the sharded
+    store enqueues there (sharded.py)."""
+
+    def __init__(self, shard: int) -> None:
+        super().__init__(f"the account moved to shard {shard}")
+        self.shard = shard
+
+
 @dataclass(frozen=True)
 class EnqueueResult:
     job_id: str
@@ -32,8 +41,10 @@ class EnqueueResult:
     def from_reply(cls, reply: Sequence[Any]) -> EnqueueResult:
         """From the enqueue script's reply: its status (0 stored already, 1 ready,
         2 delayed, 3 the dead letter it replays is gone, 4 and 5 a full backlog, 6 past the
-        producer's deadline) and the job id."""
+        producer's deadline, 7 the account moved to another shard) and the job id."""
         status, stored_id = reply
+        if status == 7:  # reshard
+            raise AccountMoved(int(stored_id))
         if status == 3:
             raise DeadLetterNotFound("the dead letter was replayed or purged already")
         if status == 4:
@@ -84,13 +95,14 @@ class Jobs(StoreDoor):
                 due: float | None = None, job_key: str | None = None,
                 dedupe: bool = True, task: str = "", shown_args: str = "",
                 replays: str = "", priority: int | None = None,
-                expires: float | None = None) -> EnqueueResult:
+                expires: float | None = None, moving_to: int | None = None) -> EnqueueResult:
         """Store a job; an existing delivery or pending/running/recently done key is reused.
         ``replays`` names the dead letter this job replays: it leaves the dead-letter queue in
         the same step, or :class:`DeadLetterNotFound` says someone else took it first.
         ``priority`` (0-9, 0 first) orders the job among its account's own. Past ``expires``
-        (epoch seconds) the claim drops the job instead of running it."""
-        with operation("enqueue"):
+        (epoch seconds) the claim drops the job instead of running it. ``moving_to``: while a
+        reshard moves the store, the shard the account moves to (see enqueue.lua)."""
+        with operation("enqueue"):  # a failure to read the store's shards is the enqueue's
             self.check_shards()
         args = self._enqueue_args(queue=queue, account=account, job_id=job_id,
                                   envelope=envelope, due=due, job_key=job_key, dedupe=dedupe,
@@ -101,6 +113,8 @@ class Jobs(StoreDoor):
         with operation("enqueue"):
             deadline = self.redis_clock.deadline(self.settings.enqueue_timeout / 2)
         args.append(f"{deadline:.6f}")
+        if moving_to is not None:  # reshard
+            args.append(moving_to)
         try:
             return self._store(queue, args)
         except StoreUnavailableError as exc:

@@ -195,8 +195,21 @@ class Keys:
     @cached_property
     def shard_count(self) -> str:
         """The number of shards the store is laid out in (``fairqueue_shards``), on its home
-        shard: written by the first worker or producer, changed only by a reshard."""
+        shard: written by the first worker or producer, changed only by a reshard, which holds
+        ``"S>N"`` in it while it moves the store from S to N shards."""
         return self._key("shards")
+
+    @cached_property
+    def shard_move(self) -> str:
+        """While a reshard runs, on the home shard: the Redis time it announced the move (the
+        processes have re-read ``shard_count`` one check interval later; store/reshard.py)."""
+        return self._key("shardmove")
+
+    @cached_property
+    def moved(self) -> str:
+        """Hash account -> ``"f n"`` (frozen here, moving to shard n) or ``"m n"`` (moved to
+        shard n: this shard's enqueue sends the producer there), written by a reshard."""
+        return self._key("moved")
 
     @cached_property
     def legacy_jobs(self) -> str:

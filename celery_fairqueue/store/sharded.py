@@ -21,16 +21,16 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..errors import FairqueueError
+from ..errors import FairqueueError, ShardCountError
 from ..limits import AccountLimit
 from ..protocol import delivery_id
 from ..settings import FairqueueSettings
 from .chooser import ShardChooser
-from .client import AnyClient
+from .client import AnyClient, operation
 from .core import FairStore
 from .fleet import Beat, WorkerRegistration
-from .jobs import Claim, EnqueueResult
-from .keys import Keys
+from .jobs import AccountMoved, Claim, EnqueueResult
+from .keys import Keys, encode_id
 from .leases import Lease
 from .operator import MAX_DELIVERY_LOOKUP, OperatorPause
 from .records import JobRecord
@@ -48,9 +48,34 @@ class ShardedStore(FairStore):
         self._by_tag = {shard.keys.tag: n for n, shard in enumerate(self.shards)}
         self._chooser = ShardChooser(count, settings.poll_interval)
         self._job_shard: dict[str, int] = {}  # leased job id -> its shard (see beat)
+        self._route = count  # the S accounts are placed by (reshard: the old S while moving)
+
+    # -- reshard (store/reshard.py): follow a move from S to N shards ----------------------
+
+    def check_shards(self) -> None:
+        """The store's number of shards, checked (door.py); while a reshard moves it from S to
+        N, accounts are found by S and the moved ones' forwarding, and claims span N shards."""
+        super().check_shards()
+        move = self.shard_move
+        self._route = move[0] if move else self.settings.shards
+        self._grow(max(move) if move else len(self.shards))
+
+    def _grow(self, count: int) -> None:
+        """Have ``count`` shards at least (a move to more shards)."""
+        if count > len(self.shards):
+            self.shards += [FairStore(self.client, Keys(self.keys.prefix, n), self.settings,
+                                      home=self) for n in range(len(self.shards), count)]
+            self._by_tag = {shard.keys.tag: n for n, shard in enumerate(self.shards)}
+            self._chooser = ShardChooser(count, self.settings.poll_interval)
 
     def shard_for(self, account: str) -> FairStore:
-        return self.shards[account_shard(account, len(self.shards))]
+        shard = self.shards[account_shard(account, self._route)]
+        if self.shard_move:  # moved already: forwarded by its old shard
+            moved = str(self.client.hget(shard.keys.moved, encode_id(account)) or "")
+            if moved.startswith("m "):
+                self._grow(int(moved[2:]) + 1)
+                return self.shards[int(moved[2:])]
+        return shard
 
     def shard_of_key(self, key: str) -> int:
         """The shard a key or wake channel of this store belongs to, by its hash tag."""
@@ -60,9 +85,20 @@ class ShardedStore(FairStore):
 
     def enqueue(self, *, account: str, **job: Any) -> EnqueueResult:
         """Store the job on its account's shard (which this process, should it claim, asks
-        next: other processes are woken on the shard's channel)."""
-        shard = account_shard(account, len(self.shards))
-        result = self.shards[shard].enqueue(account=account, **job)
+        next: other processes are woken on the shard's channel); while a reshard moves the
+        store, on its old shard, told where the account goes (enqueue.lua), or where the old
+        shard says it went."""
+        with operation("enqueue"):
+            self.check_shards()
+        shard = account_shard(account, self._route)
+        target = account_shard(account, self.shard_move[1]) if self.shard_move else shard
+        try:
+            result = self.shards[shard].enqueue(account=account, **job,
+                                                moving_to=target if target != shard else None)
+        except AccountMoved as moved:  # (or moving while this process has not seen it yet)
+            self._grow(moved.shard + 1)
+            shard = moved.shard
+            result = self.shards[shard].enqueue(account=account, **job)
         self._chooser.woken(shard)
         return result
 
@@ -77,6 +113,12 @@ class ShardedStore(FairStore):
         by_shard: dict[int, list[Lease]] = {}
         for lease in acks:
             by_shard.setdefault(self._by_tag[lease.store.keys.tag], []).append(lease)
+        try:
+            self.check_shards()
+        except ShardCountError:  # reshard: moved on without this process; its acks settle
+            for index, settling in by_shard.items():
+                self.shards[index].claim([], 0, token, "", acks=settling)
+            raise
         leases: list[Lease] = []
         expired: list[Lease] = []
         lost: list[str] = []

@@ -309,6 +309,19 @@ def test_manage_pause_cancel_and_run_now_need_a_user_with_the_permission(rel):
         manage("cancel", job.id, "--user", "root")
 
 
+@pytest.mark.django_db
+def test_manage_reshard_needs_a_superuser(rel, redis_client):
+    User.objects.create_user("ann", is_staff=True)
+    User.objects.create_superuser("root")
+    with pytest.raises(CommandError, match="Refused: ann is not an active superuser"):
+        manage("reshard", "--to", "2", "--settle", "0", "--user", "ann")
+    assert redis_client.get("{fairqueue}:shards") is None
+    assert "moved the store from 1 to 2 shards" in manage("reshard", "--to", "2", "--settle",
+                                                          "0", "--user", "root")
+    assert redis_client.get("{fairqueue}:shards") == "2"
+    redis_client.flushall()  # the app's store is of one shard
+
+
 def test_status_counts_an_operator_pause_as_paused_not_deferred(rel, redis_url):
     rel.send_message.delay("acme", 1)
     celery_fairqueue.pause(rel.app, "acme", by="alice", reason="billing")

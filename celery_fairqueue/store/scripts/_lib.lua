@@ -68,6 +68,40 @@ local function queue_keys(i)
           wake = base .. 'wake'}
 end
 
+-- A queue's keys by its encoded name, under the records key's tag (for the scripts of a reshard,
+-- which learn a job's queue from its record).
+local function queue_named(name)
+  local base = string.sub(K_RECORDS, 1, -8) .. 'queue:' .. name .. ':'
+  return {state = base .. 'state', ready = base .. 'ready', deferred = base .. 'deferred',
+          delayed = base .. 'delayed', running = base .. 'running',
+          ndelayed = base .. 'ndelayed', deferrals = base .. 'deferrals', tags = base .. 'tags',
+          finish = base .. 'finish', weight = base .. 'weight', name = name,
+          wake = base .. 'wake'}
+end
+
+-- A reshard (store/reshard.py) freezes an account on the shard it leaves: marked frozen in the
+-- moved hash ("f n": moving to shard n) and paused in every queue by a pause of the reshard's
+-- own, so the claim leaves it (and its jobs) alone; an operator's pause of it in every queue is
+-- kept inside that one, and put back on the new shard. Its enqueues are still stored here, and
+-- moved with the rest. An account moved already ("m n") is left as it is.
+local function freeze_account(account, to)
+  local tag = string.sub(K_RECORDS, 1, -8)
+  local state = redis.call('HGET', tag .. 'moved', account)
+  if state and string.sub(state, 1, 2) == 'm ' then
+    return false
+  end
+  redis.call('HSET', tag .. 'moved', account, 'f ' .. to)
+  local field = 'a:' .. account .. ':*'
+  local held = redis.call('HGET', tag .. 'pauses', field)
+  local ok, decoded = pcall(cjson.decode, held or '')
+  if not (ok and type(decoded) == 'table' and decoded.reshard) then
+    redis.call('HSET', tag .. 'pauses', field, cjson.encode({
+      by = 'fairqueue reshard', at = now_seconds(), reason = 'moving to shard ' .. to,
+      reshard = tonumber(to), saved = held or nil}))
+  end
+  return true
+end
+
 -- Each queue's position in KEYS, by its encoded name (a job's record names its queue).
 local function queue_positions()
   local index = {}
@@ -219,10 +253,20 @@ end
 -- is given. A finished job's marker expires after the retention: a key string with a time to
 -- live is a finished job's, one without is held by a job in the store. ``at`` (text) defaults
 -- to now (upgrade.lua gives the time a job of the layout before records finished).
-local function make_marker(state, job_id, external, at)
+-- ``account`` (encoded) is the account of the job: a key string's name does not say it, and a
+-- reshard (store/reshard.py) moves an account's markers with it (bytes only, no command).
+local function make_marker(state, job_id, external, at, account)
   local tail = (external and external ~= '') and (',"external_id":' .. external) or ''
+  local owner = account and (',"account":"' .. account .. '"') or ''
   return '{"state":"' .. state .. '","job_id":' .. cjson.encode(job_id) .. ',"at":' ..
-         (at or now_text()) .. tail .. '}'
+         (at or now_text()) .. owner .. tail .. '}'
+end
+
+-- The account (encoded) a marker names, or nil (a marker written before they named it).
+local function marker_account(marker)
+  local ok, decoded = pcall(cjson.decode, marker or '')
+  return ok and type(decoded) == 'table' and type(decoded.account) == 'string' and
+         decoded.account or nil
 end
 
 local function marker_state(marker)
@@ -241,9 +285,9 @@ end
 -- The claim hands a job with a business key to a worker: unless the key is done already, its
 -- started marker is written here, before the side effect can begin. Returns the marker as it
 -- was ('' when none, or only pending), for the task to decide whether to run or to reconcile.
-local function mark_started(job_key, job_id)
+local function mark_started(job_key, job_id, account)
   local key = key_of(job_key)
-  local old = redis.call('SET', key, make_marker('started', job_id), 'GET')
+  local old = redis.call('SET', key, make_marker('started', job_id, nil, nil, account), 'GET')
   local state = marker_state(old)
   if state == 'done' then
     redis.call('SET', key, old, 'KEEPTTL')  -- done stays done (a redelivery finds it)
@@ -268,15 +312,20 @@ end
 
 -- The job's side effect happened: its key is done, from now, for the retention (a done marker
 -- the task wrote itself, with the external id, stays). Returns the external id, or nil.
-local function mark_done(job_key, job_id, retention)
+-- ``account``: the job's (nil when its record is gone: the old marker's is kept, if it has one).
+local function mark_done(job_key, job_id, retention, account)
   local key = key_of(job_key)
-  local old = redis.call('SET', key, make_marker('done', job_id), 'PX', retention_ms(retention),
-                         'GET')
+  local old = redis.call('SET', key, make_marker('done', job_id, nil, nil, account), 'PX',
+                         retention_ms(retention), 'GET')
   if marker_state(old) == 'done' then
     redis.call('SET', key, old, 'PX', retention_ms(retention))
     local ok, decoded = pcall(cjson.decode, old)
     local external = ok and type(decoded) == 'table' and decoded.external_id
     return type(external) == 'string' and external or nil
+  end
+  if not account and marker_account(old) then
+    redis.call('SET', key, make_marker('done', job_id, nil, nil, marker_account(old)), 'PX',
+               retention_ms(retention))
   end
   return nil
 end
@@ -530,7 +579,7 @@ local function ack_job(qk, job_id, token, job_key, succeeded, retention)
   end
   local external_id = nil
   if succeeded and job_key ~= '-' then
-    external_id = mark_done(job_key, job_id, retention)
+    external_id = mark_done(job_key, job_id, retention, job and job.account)
   end
   if succeeded then
     if external_id then

@@ -267,7 +267,7 @@ local function claim_from(qk, account, tag, joined_weight)
   job.owner, job.started, job.capped = token, now_text(), cap > 0 and 'c' or '-'
   write_job(job_id, job)
   emit('e', 'running', 'job', job_id, 'at', now_text(), 'worker', token)
-  local marker = job.job_key ~= '-' and mark_started(job.job_key, job_id) or ''
+  local marker = job.job_key ~= '-' and mark_started(job.job_key, job_id, job.account) or ''
   return job_id, job.envelope, job.deliveries, job.job_key, marker
 end
 

@@ -14,14 +14,16 @@
 --       claim drops it then, without a slot or a token, [15] the producer's deadline (epoch
 --       seconds on Redis's clock; "" or absent: none): a call that runs later stores nothing
 --       (it still says whether the delivery is stored: the producer's check), since its
---       producer has raised or will (store/deadline.py).
+--       producer has raised or will (store/deadline.py), [16] while a reshard moves the store,
+--       the shard the account moves to, else "" or absent (see below).
 -- Returns {status, job_id}: status 1 ready, 2 delayed, 0 already stored (job_id is the existing
 -- one), 3 the dead letter to replay is gone (replayed or purged already), 4 the account has
--- [11] waiting jobs, 5 the store holds [12] jobs, 6 past the producer's deadline; nothing is
--- stored for 3, 4, 5 and 6.
+-- [11] waiting jobs, 5 the store holds [12] jobs, 6 past the producer's deadline, 7 the
+-- account moved to the shard whose index is job_id (a reshard); nothing is stored for 3 to 7.
 -- Cost, a new job with a business key into an account with ready jobs: 7 commands (TIME,
 -- HSETNX, SET, ZLEXCOUNT, HINCRBY of the enqueued counter, ZADD, and XADD or, when the caller
--- has not seen the recorder's stream, EXISTS).
+-- has not seen the recorder's stream, EXISTS); in a sharded store, one more (HGET of the moved
+-- accounts).
 local job_id, account, queue, envelope = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local due, job_key, dedupe = tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local replays, max_ready, max_jobs = ARGV[10], tonumber(ARGV[11]), tonumber(ARGV[12])
@@ -41,6 +43,52 @@ local function stored_or(status)
 end
 if deadline and now > deadline then
   return stored_or(6)
+end
+-- a reshard (store/reshard.py): an account moved away from this shard is enqueued on the shard
+-- it moved to (status 7, that shard's index). While the store moves, the caller says where the
+-- account goes ([16]): one that holds nothing here that the job depends on (ready or delayed
+-- jobs in any queue, jobs running under a cap, the job's own delivery or business key, a limit,
+-- a bucket, a pause) moves there at once, marked moved (its other done markers and dead letters
+-- follow with the reshard); one that does is frozen here (freeze_account), and moved with this
+-- job by the reshard.
+-- Whether the account holds anything here that this job depends on (see above).
+local function holds_here(tag)
+  if redis.call('HEXISTS', K_RECORDS, job_id) == 1 or
+      (job_key ~= '-' and redis.call('EXISTS', key_of(job_key)) == 1) or
+      redis.call('HEXISTS', K_LIMITS, account) == 1 or
+      redis.call('HEXISTS', tag .. 'buckets', account) == 1 then
+    return true
+  end
+  if redis.call('HLEN', tag .. 'pauses') > 0 and
+      (redis.call('HEXISTS', tag .. 'pauses', 'a:' .. account .. ':*') == 1 or
+       redis.call('HEXISTS', tag .. 'pauses', 'a:' .. account .. ':' .. queue) == 1) then
+    return true
+  end
+  local low, high = member_range(account)
+  for _, name in ipairs(redis.call('SMEMBERS', K_QUEUES)) do
+    local other = queue_named(name)
+    if redis.call('ZLEXCOUNT', other.ready, low, high) > 0 or
+        redis.call('HEXISTS', other.ndelayed, account) == 1 or
+        redis.call('HEXISTS', other.running, account) == 1 then
+      return true
+    end
+  end
+  return false
+end
+if SHARDED then
+  local tag = string.sub(K_RECORDS, 1, -8)
+  local moved = redis.call('HGET', tag .. 'moved', account)
+  local target = ARGV[16] or ''
+  if moved and string.sub(moved, 1, 2) == 'm ' then
+    return {7, string.sub(moved, 3)}
+  end
+  if not moved and target ~= '' then
+    if not holds_here(tag) then
+      redis.call('HSET', tag .. 'moved', account, 'm ' .. target)
+      return {7, target}
+    end
+    freeze_account(account, target)
+  end
 end
 if replays ~= '' and redis.call('HEXISTS', K_DEAD, replays) == 0 then
   return stored_or(3)
@@ -68,7 +116,7 @@ end
 local taken_over = nil
 if job_key ~= '-' then
   local key = key_of(job_key)
-  local pending = make_marker('pending', job_id)
+  local pending = make_marker('pending', job_id, nil, nil, account)
   taken_over = false
   if dedupe ~= '1' or not redis.call('SET', key, pending, 'NX') then
     -- the key is held (a retry re-points it): by a job still in the store (not one a task has
@@ -84,8 +132,8 @@ if job_key ~= '-' then
       return refuse(0, holder)
     end
     -- a started marker stays started (a retry, a replay: the side effect may have begun)
-    redis.call('SET', key, marker_state(old) == 'started' and make_marker('started', job_id)
-                             or pending)
+    redis.call('SET', key, marker_state(old) == 'started' and make_marker('started', job_id, nil, nil,
+                                                                  account) or pending)
   end
 end
 -- the account's ready jobs before this one: the bound, and whether it has a state already

@@ -9,10 +9,12 @@
 -- Returns 1.
 local job_key, job_id, state, external = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local key = key_of(job_key)
+-- the marker keeps the account the enqueue and the claim wrote in it (for a reshard)
+local account = marker_account(redis.call('GET', key))
 if state == 'done' then
-  redis.call('SET', key, make_marker('done', job_id, external), 'PX',
+  redis.call('SET', key, make_marker('done', job_id, external, nil, account), 'PX',
              retention_ms(tonumber(ARGV[5])))
 else
-  redis.call('SET', key, make_marker(state, job_id, external))
+  redis.call('SET', key, make_marker(state, job_id, external, nil, account))
 end
 return 1

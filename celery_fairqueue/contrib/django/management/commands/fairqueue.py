@@ -4,8 +4,9 @@ The sub-commands and their reports are those of ``celery -A proj fairqueue`` (re
 ``recorded``, the per-account counts of the recorded jobs in the database. Replay, purge,
 pause, resume, cancel and run-now act on behalf of a user (``--user``) who must hold the
 permission the admin asks for, so being able to run the project's management commands is not
-enough to change anything. ``celery -A proj fairqueue`` is the operator's tool instead: whoever
-can run it reaches Redis directly, so it checks no users (and asks before it purges).
+enough to change anything; ``reshard`` needs a superuser. ``celery -A proj fairqueue`` is the
+operator's tool instead: whoever can run it reaches Redis directly, so it checks no users (and
+asks before it purges).
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from celery_fairqueue.contrib.django.actions import LIMIT_PERMISSION
 from celery_fairqueue.contrib.django.conf import celery_app
 from celery_fairqueue.contrib.django.overview import account_overview
 from celery_fairqueue.contrib.django.views import purge_dead_letters, replay_dead_letters, require
-from celery_fairqueue.errors import DeadLetterNotFound, InvalidLimitError, StoreUnavailableError
+from celery_fairqueue.errors import (
+    ConfigurationError,
+    DeadLetterNotFound,
+    InvalidLimitError,
+    StoreUnavailableError,
+)
 from celery_fairqueue.install import pause, resume
 from celery_fairqueue.reports import (
     BatchOutcome,
@@ -42,7 +48,9 @@ from celery_fairqueue.reports import (
     status_report,
     workers_report,
 )
+from celery_fairqueue.settings import settings_for
 from celery_fairqueue.store import ConsoleReader, DeadLetters, StoreInspector, store_for
+from celery_fairqueue.store.reshard import Resharder, ReshardError, describe
 from celery_fairqueue.tables import duration, render
 
 USER_HELP = ("Act as this user, who must hold the permission {perm} (as in the admin); the "
@@ -60,8 +68,9 @@ class Command(BaseCommand):
     help = ("Fair queues, accounts, jobs and dead letters, with the reports of `celery -A proj "
             "fairqueue`; `recorded` reads the recorded jobs. `pause`, `resume`, `cancel`, "
             "`run-now`, `dlq replay` and `dlq purge` need --user USERNAME with the permission "
-            "the admin asks for: they act for a Django user. (`celery -A proj fairqueue` is "
-            "the operator's tool with Redis access and checks no users.)")
+            "the admin asks for: they act for a Django user; `reshard` needs a superuser. "
+            "(`celery -A proj fairqueue` is the operator's tool with Redis access and checks "
+            "no users.)")
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -125,6 +134,16 @@ class Command(BaseCommand):
                              ("--window", str), ("--tz", str), ("--weight", int)):
             limits.add_argument(option, type=kind)
         limits.add_argument("--user", help=USER_HELP.format(perm=LIMIT_PERMISSION))
+
+        reshard = commands.add_parser(
+            "reshard", help="Move the store to --to shards (more than it has) while workers "
+                            "and producers run (needs --user, a superuser; "
+                            "docs/deployment.md).")
+        reshard.add_argument("--to", type=int, required=True, help="The number of shards.")
+        reshard.add_argument("--settle", type=float, help="Seconds to wait after announcing "
+                             "the move (default: fairqueue_shards_check_interval and 5 s).")
+        reshard.add_argument("--user", required=True,
+                             help="Act as this user, who must be an active superuser.")
 
         dlq = commands.add_parser("dlq", help="Dead letters: list, show, replay, purge.")
         dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True, metavar="COMMAND")
@@ -297,6 +316,18 @@ class Command(BaseCommand):
         outcome = purge_dead_letters(self.user(options["user"]), selection.ids)
         self.stdout.write(f"purged {len(outcome.done)} dead letters")
         self.report_failures("purged", outcome)
+
+    def reshard(self, options: dict[str, Any]) -> None:
+        user = self.user(options["user"])
+        if not (user.is_active and user.is_superuser):
+            raise PermissionDenied(f"{user} is not an active superuser")
+        try:
+            report = Resharder(settings_for(celery_app()), options["to"],
+                               settle=options["settle"], say=self.stdout.write).run()
+        except (ReshardError, ConfigurationError) as exc:
+            raise CommandError(str(exc)) from None
+        for line in describe(report):
+            self.stdout.write(line)
 
     def user(self, username: str) -> Any:
         try:

@@ -1,0 +1,242 @@
+"""``fairqueue reshard``: a store of S shards moved to N > S while producers and workers run;
+killed part-way, a rerun finishes it; no job is lost, run twice, or run while half-moved."""
+
+import importlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from celery_fairqueue.errors import ShardCountError
+from celery_fairqueue.limits import AccountLimit
+from celery_fairqueue.settings import FairqueueSettings
+from celery_fairqueue.store.core import open_store
+from celery_fairqueue.store.keys import Keys
+from celery_fairqueue.store.reshard import Resharder, ReshardError
+from celery_fairqueue.store.shards import account_shard
+from tests.harness import REDIS_URL_ENV, wait_until
+
+APP = "tests.apps.resharding"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def reshard(redis_url: str, to: int, *, kill: str = "", settle: float = 1.5,
+            ) -> subprocess.CompletedProcess[str]:
+    """``celery -A tests.apps.resharding fairqueue reshard --to N``, as an operator runs it."""
+    env = {**os.environ, REDIS_URL_ENV: redis_url, "PYTHONPATH": str(ROOT), "FQ_SHARDS": "4"}
+    if kill:
+        env["FAIRQUEUE_RESHARD_KILL"] = kill
+    return subprocess.run(
+        [sys.executable, "-m", "celery", "-A", APP, "fairqueue", "reshard", "--to", str(to),
+         "--settle", str(settle)], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=120)
+
+
+def settings(redis_url: str, shards: int) -> FairqueueSettings:
+    return FairqueueSettings(redis_url=redis_url, shards=shards, shards_check_interval=0.05)
+
+
+def placed(redis_client, shards: int) -> dict[str, int]:
+    """Every stored job id -> the shard holding it; each account's jobs on its own shard."""
+    where: dict[str, int] = {}
+    for n in range(shards):
+        for job_id, record in redis_client.hgetall(Keys("fairqueue", n).records).items():
+            account = record.partition("\n")[0].split(" ")[1]
+            assert account_shard(account, shards) == n, (job_id, account, n)
+            assert job_id not in where, f"{job_id} on shards {where[job_id]} and {n}"
+            where[job_id] = n
+    return where
+
+
+class Producer(threading.Thread):
+    """``work.delay(account, n)`` steadily until told to stop or refused (ShardCountError)."""
+
+    def __init__(self, task, accounts: int, first: int) -> None:
+        super().__init__(daemon=True)
+        self.task, self.accounts, self.n = task, accounts, first
+        self.sent: list[str] = []
+        self.refused: ShardCountError | None = None
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            account = f"acct{self.n % self.accounts}"
+            try:
+                self.task.delay(account, self.n)
+            except ShardCountError as exc:
+                self.refused = exc
+                return
+            self.sent.append(f"{account}:{self.n}")
+            self.n += 1
+            time.sleep(0.005)
+
+
+@pytest.mark.slow
+def test_a_reshard_under_load_killed_midway_is_finished_by_a_rerun(
+        redis_server, redis_client, celery_worker_factory, ledger):
+    mod = importlib.import_module(APP)
+    mod.app._fairqueue_store = None
+    accounts, preload = 120, 1200
+    for n in range(preload):
+        mod.work.delay(f"acct{n % accounts}", n)
+    expected = [f"acct{n % accounts}:{n}" for n in range(preload)]
+    old_workers = [celery_worker_factory(APP, concurrency=2, env={"FQ_SHARDS": "4"})
+                   for _ in range(2)]
+    producer = Producer(mod.work, accounts, preload)
+    producer.start()
+    assert wait_until(lambda: len(ledger) > 100, timeout=20)
+
+    killed = reshard(redis_server.url, 16, kill="40:in")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert redis_client.get("{fairqueue}:shards") == "4>16"
+    finished = reshard(redis_server.url, 16)
+    assert finished.returncode == 0, finished.stderr
+    print(killed.stdout, finished.stdout, len(ledger))
+    assert re.search(r"from 4 to 16 shards: \d+ accounts and [1-9]\d* waiting jobs",
+                     finished.stdout), finished.stdout
+    assert redis_client.get("{fairqueue}:shards") == "16"
+    again = reshard(redis_server.url, 16)
+    assert again.returncode == 0 and "nothing to move" in again.stdout, again.stderr
+
+    # a producer and workers of the old number refuse now, within their check interval
+    assert wait_until(lambda: producer.refused is not None, timeout=10)
+    assert "laid out in 16 shard(s)" in str(producer.refused)
+    assert wait_until(lambda: all("laid out in 16 shard(s)" in w.log_tail(100_000)
+                                  for w in old_workers), timeout=10)
+    celery_worker_factory(APP, concurrency=4, env={"FQ_SHARDS": "16"})
+    expected += producer.sent
+    counts = ledger.wait_for(len(expected), timeout=90)
+    assert ledger.missing(expected) == set()
+    assert {key: n for key, n in counts.items() if n > 1} == {}
+    assert redis_client.lrange("half_moved", 0, -1) == []
+    # all ran; the acks of the old workers' last jobs ride on their next (refused) claim
+    assert wait_until(lambda: placed(redis_client, 16) == {}, timeout=20)
+
+
+@pytest.mark.slow
+def test_a_reshard_killed_after_an_account_left_its_old_shard_is_finished(
+        redis_server, redis_client):
+    store = open_store(settings(redis_server.url, 4))
+    jobs = []
+    for n in range(60):
+        account = f"acct{n % 12}"
+        result = store.enqueue(queue="celery", account=account, job_id=f"t{n}:0",
+                               envelope="{}", job_key=f"k{n}" if n % 2 else None,
+                               due=time.time() + 3600 if n % 3 == 0 else None)
+        jobs.append(result.job_id)
+    store.set_limit("acct1", AccountLimit(rate=5.0, burst=2.0))
+    store.pause("acct2", None, by="ops", reason="audit")
+    killed = reshard(redis_server.url, 16, kill="3:out", settle=0)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert reshard(redis_server.url, 16, settle=0).returncode == 0
+    shrink = reshard(redis_server.url, 8, settle=0)
+    assert shrink.returncode != 0 and "only adds shards" in shrink.stderr, shrink.stderr
+    where = placed(redis_client, 16)
+    assert sorted(where) == sorted(jobs)
+    moved = open_store(settings(redis_server.url, 16))
+    assert moved.get_limit("acct1") == AccountLimit(rate=5.0, burst=2.0)
+    assert [(p.account, p.by, p.reason) for p in moved.pauses()] == [("acct2", "ops", "audit")]
+    for n in range(1, 60, 2):
+        marker = moved.shard_for(f"acct{n % 12}").marker(f"k{n}")
+        assert marker is not None and marker.job_id == f"t{n}:0"
+
+
+def test_a_rerun_of_a_finished_reshard_does_nothing_and_shrinking_is_refused(redis_server,
+                                                                            redis_client):
+    store = open_store(settings(redis_server.url, 4))
+    store.enqueue(queue="celery", account="acme", job_id="t1:0", envelope="{}")
+    first = Resharder(settings(redis_server.url, 4), 8, settle=0).run()
+    assert (first.old, first.new, first.done_before) == (4, 8, False)
+    assert Resharder(settings(redis_server.url, 8), 8, settle=0).run().done_before
+    with pytest.raises(ReshardError, match="only adds shards"):
+        Resharder(settings(redis_server.url, 8), 4, settle=0).run()
+    redis_client.set("{fairqueue}:shards", "8>16")
+    with pytest.raises(ReshardError, match="from 8 to 16 shards is under way"):
+        Resharder(settings(redis_server.url, 8), 32, settle=0).run()
+
+
+def test_while_a_move_runs_both_numbers_are_accepted_and_moved_accounts_are_forwarded(
+        redis_server, redis_client):
+    old = open_store(settings(redis_server.url, 4))
+    moving = [f"acct{n}" for n in range(40) if account_shard(f"acct{n}", 4) !=
+              account_shard(f"acct{n}", 16)]
+    for n, account in enumerate(moving):
+        old.enqueue(queue="celery", account=account, job_id=f"before{n}:0", envelope="{}")
+    Resharder(settings(redis_server.url, 4), 16, settle=0).run()
+    redis_client.set("{fairqueue}:shards", "4>16")  # as while its last accounts moved
+    time.sleep(0.1)
+    for n, account in enumerate(moving):  # a process of 4 shards, forwarded
+        old.enqueue(queue="celery", account=account, job_id=f"after{n}:0", envelope="{}")
+    new = open_store(settings(redis_server.url, 16))
+    new.check_shards()
+    with pytest.raises(ShardCountError, match="being moved from 4 to 16"):
+        open_store(settings(redis_server.url, 1)).check_shards()
+    redis_client.set("{fairqueue}:shards", "16")
+    time.sleep(0.1)
+    with pytest.raises(ShardCountError, match="laid out in 16 shard"):
+        old.enqueue(queue="celery", account="acme", job_id="refused:0", envelope="{}")
+    assert len(placed(redis_client, 16)) == 2 * len(moving)
+
+
+def test_a_marker_names_its_account_for_a_reshard(redis_server, redis_client):
+    store = open_store(settings(redis_server.url, 1))
+    store.enqueue(queue="celery", account="a b", job_id="t1:0", envelope="{}", job_key="k1")
+    raw = redis_client.get(Keys("fairqueue").job_key("k1"))
+    assert '"account":"a%20b"' in raw
+    store.mark_started("k1", "t1:0")
+    assert '"account":"a%20b"' in redis_client.get(Keys("fairqueue").job_key("k1"))
+
+
+@pytest.mark.slow
+def test_a_job_promoted_on_its_old_shard_between_a_copy_and_a_rerun_waits_in_one_place(
+        redis_server, redis_client):
+    store = open_store(settings(redis_server.url, 4))
+    store.check_shards()
+    account = next(f"acct{n}" for n in range(100)
+                   if account_shard(f"acct{n}", 4) != account_shard(f"acct{n}", 16))
+    old, new = account_shard(account, 4), account_shard(account, 16)
+    store.enqueue(queue="celery", account=account, job_id="j:0", envelope="{}",
+                  due=time.time() + 1.0)
+    killed = reshard(redis_server.url, 16, kill="1:in", settle=0)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    ready, delayed = (Keys("fairqueue", new).queue("celery").ready,
+                      Keys("fairqueue", new).queue("celery").delayed)
+    assert redis_client.zrange(delayed, 0, -1) == ["j:0"]  # copied as it was: delayed
+    time.sleep(1.1)
+    # its old shard's claim promotes it to ready there (frozen: it does not run)
+    assert store.shards[old].claim(["celery"], 1, "w", "0 1 0 - 1").leases == []
+    assert reshard(redis_server.url, 16, settle=0).returncode == 0
+    assert placed(redis_client, 16) == {"j:0": new}
+    assert redis_client.zrange(delayed, 0, -1) == []
+    assert [member.rsplit("|", 1)[1] for member in redis_client.zrange(ready, 0, -1)] == ["j:0"]
+    assert redis_client.hgetall(Keys("fairqueue", new).queue("celery").ndelayed) == {}
+
+
+def test_while_a_move_runs_an_account_is_frozen_where_its_jobs_wait_else_sent_on(
+        redis_server, redis_client):
+    store = open_store(settings(redis_server.url, 4))
+    store.check_shards()
+    waiting, fresh = [f"acct{n}" for n in range(100)
+                      if account_shard(f"acct{n}", 4) != account_shard(f"acct{n}", 16)][:2]
+    store.enqueue(queue="celery", account=waiting, job_id="w1:0", envelope="{}")
+    redis_client.set("{fairqueue}:shards", "4>16")  # announced
+    time.sleep(0.1)
+    old, new = account_shard(waiting, 4), account_shard(waiting, 16)
+    store.enqueue(queue="other", account=waiting, job_id="w2:0", envelope="{}")
+    assert redis_client.hget(Keys("fairqueue", old).moved, waiting) == f"f {new}"
+    assert placed(redis_client, 4) == {"w1:0": old, "w2:0": old}  # frozen there, both
+    [pause] = store.pauses()
+    assert (pause.account, pause.by) == (waiting, "fairqueue reshard")
+    store.enqueue(queue="celery", account=fresh, job_id="f1:0", envelope="{}")
+    fresh_old, fresh_new = account_shard(fresh, 4), account_shard(fresh, 16)
+    assert redis_client.hget(Keys("fairqueue", fresh_old).moved, fresh) == f"m {fresh_new}"
+    assert redis_client.hexists(Keys("fairqueue", fresh_new).records, "f1:0")
+    Resharder(settings(redis_server.url, 4), 16, settle=0).run()
+    assert placed(redis_client, 16) == {"w1:0": new, "w2:0": new, "f1:0": fresh_new}
+    assert open_store(settings(redis_server.url, 16)).pauses() == []
