@@ -22,9 +22,9 @@ ran per job beside the 1-primary node's), which does not depend on the machine. 
 section tells the store's work from this machine's: the home node's CPU per enqueue it ran
 with the calls spread over the 3 primaries, and with all of them going to it (the others idle).
 
-The baseline, beside it in the same run: the same workload on one plain redis-server with the
-store unsharded (S = 1), and plain Celery's 2x8 run of bench.redis_cost (its broker, ledger and
-10 accounts on one redis-server).
+The baseline, beside it in the same run: the same workload with the store unsharded (S = 1),
+on the 1-primary cluster and on one plain redis-server, and plain Celery's 2x8 run of
+bench.redis_cost (its broker, ledger and 10 accounts on one redis-server).
 """
 
 from __future__ import annotations
@@ -271,19 +271,22 @@ def main() -> None:
                   f"commands a node ran per job, beside 1 primary's)")
         report_interleave(clusters[-1], jobs, rounds)
         if not options.no_baseline:
-            baseline(broker, Path(folder), jobs, rounds)
+            baseline(broker, clusters[0], Path(folder), jobs, rounds)
         scaled = ratio(ceilings[clusters[-1].name], first)
         print(f"\nacceptance: ceiling with {PRIMARIES[-1]} primaries / 1 >= {TARGET}: "
               f"{scaled:.2f}" + ("" if scaled >= TARGET else "  NOT MET"))
 
 
-def baseline(broker: RedisServer, folder: Path, jobs: int, rounds: int) -> None:
-    """The same workload on one plain redis-server, unsharded; and plain Celery's 2x8 run."""
-    print(f"\nbaseline: the same workload on one redis-server, unsharded (best of {rounds})")
-    with plain_target(folder) as target:
-        run = min((measure(broker, target, jobs) for _ in range(rounds)),
-                  key=lambda run: run.total)
-        print_run(target, run)
+def baseline(broker: RedisServer, one: Target, folder: Path, jobs: int, rounds: int) -> None:
+    """The same workload unsharded, on the 1-primary cluster (``one``) and on one plain
+    redis-server: what shards cost, and what cluster mode does; and plain Celery's 2x8 run."""
+    print(f"\nbaseline: the same workload, unsharded (best of {rounds})")
+    port = one.nodes[0].port
+    with plain_target(folder) as plain:
+        for target in (one._replace(name="1 primary, S=1", shards=1, held={port: [0]}), plain):
+            run = min((measure(broker, target, jobs) for _ in range(rounds)),
+                      key=lambda run: run.total)
+            print_run(target, run)
     plain = min((cpu_phase(broker, "plain", jobs, SHAPE) for _ in range(rounds)),
                 key=lambda cost: cost.total)
     print(f"  plain Celery on one redis-server (bench.redis_cost, 10 accounts, broker and "
