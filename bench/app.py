@@ -12,6 +12,7 @@ import redis
 from celery import Celery
 
 import celery_fairqueue
+from bench._common import SHARDS_ENV, STORE_URL_ENV
 from celery_fairqueue import FairTask, PermanentError, RetryPolicy
 from tests.harness import REDIS_URL_ENV
 
@@ -30,7 +31,9 @@ app.conf.update(
     fairqueue_lease_seconds=float(os.environ.get("FQ_LEASE_SECONDS", "60")),
     fairqueue_heartbeat_interval=float(os.environ.get("FQ_HEARTBEAT_SECONDS", "10")),
     fairqueue_job_retention=float(os.environ.get("FQ_JOB_RETENTION", "86400")),
-    fairqueue_shards=int(os.environ.get("FQ_SHARDS", "1")),
+    # bench.scale_out puts the store on a Redis Cluster, in shards; by default it is the broker's
+    fairqueue_redis_url=os.environ.get(STORE_URL_ENV) or None,
+    fairqueue_shards=int(os.environ.get(SHARDS_ENV, "1")),
 )
 celery_fairqueue.install(app)
 

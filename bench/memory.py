@@ -28,11 +28,10 @@ import redis
 from celery import Celery
 
 import celery_fairqueue
-from bench._common import floor_bytes, message, stored_messages, used_memory
+from bench._common import STORE_URL_ENV, floor_bytes, message, stored_messages, used_memory
 from celery_fairqueue import FairTask, PermanentError
 from tests.harness import REDIS_URL_ENV, RedisServer, WorkerProcess, wait_until
 
-STORE_URL_ENV = "FQ_BENCH_STORE_URL"
 ROOT = Path(__file__).resolve().parent.parent
 KEY = ("account_id", "lead_id", "step", "campaign_rev")
 

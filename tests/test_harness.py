@@ -20,6 +20,7 @@ from tests.harness import (
     record_side_effect,
     wait_until,
 )
+from tests.harness.redis_cluster import HASH_SLOTS, ClusterGroup
 
 
 @pytest.fixture
@@ -184,6 +185,27 @@ def test_kill_child_needs_a_prefork_pool(celery_worker_factory):
 def test_worker_that_cannot_start_fails_with_its_log(celery_worker_factory):
     with pytest.raises(RuntimeError, match="no_such_module"):
         celery_worker_factory(app="tests.apps.no_such_module", timeout=15)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("primaries", [1, 2])
+def test_a_cluster_of_one_or_two_primaries_holds_every_slot_in_equal_ranges(tmp_path, primaries):
+    """redis-cli makes no cluster of fewer than three primaries; the harness joins them itself."""
+    group = ClusterGroup(tmp_path, masters=primaries, replicas=0)
+    try:
+        with group.node(group.servers[0]) as client:
+            ranges = sorted((int(start), int(end))
+                            for start, end, *_ in client.execute_command("CLUSTER", "SLOTS"))
+        assert ranges == [(n * HASH_SLOTS // primaries, (n + 1) * HASH_SLOTS // primaries - 1)
+                          for n in range(primaries)]
+        assert len(group.primaries()) == primaries
+        with group.client() as cluster:
+            for n in range(50):
+                cluster.set(f"k{n}", n)
+            assert [cluster.get(f"k{n}") for n in range(50)] == [str(n) for n in range(50)]
+        assert {group.owner(f"k{n}").port for n in range(50)} == {s.port for s in group.servers}
+    finally:
+        group.stop()
 
 
 def test_ledger_measures_duplicates_and_losses(redis_client):

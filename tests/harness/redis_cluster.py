@@ -1,5 +1,7 @@
 """A real Redis Cluster on loopback: three primaries, one replica each, made by ``redis-cli
---cluster create``, for the cluster tests (the counterpart of the sentinel group)."""
+--cluster create``, for the cluster tests (the counterpart of the sentinel group); or one or two
+primaries without replicas, joined by hand (``redis-cli`` will not create fewer than three),
+for the scale-out bench's smaller clusters."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ NODE_TIMEOUT_MS = 1500
 #: A cluster node also listens on its port + 10000 (the cluster bus), so its port is at most
 #: 55535 and both must be free.
 BUS_OFFSET = 10000
+HASH_SLOTS = 16384
 
 
 def free_cluster_port() -> int:
@@ -41,7 +44,8 @@ def free_cluster_port() -> int:
 
 
 class ClusterGroup:
-    """Six ``redis-server --cluster-enabled yes`` on free ports, joined into one cluster."""
+    """``masters * (1 + replicas)`` ``redis-server --cluster-enabled yes`` on free ports (six by
+    default), joined into one cluster."""
 
     def __init__(self, directory: Path, masters: int = 3, replicas: int = 1,
                  **config: str) -> None:
@@ -53,8 +57,17 @@ class ClusterGroup:
         self.servers = [RedisServer(directory / f"node{n}", port=free_cluster_port(),
                                     config=config)
                         for n in range(masters * (1 + replicas))]
+        if masters < 3 and replicas:
+            raise ValueError("fewer than three primaries are made without replicas")
         for server in self.servers:
             server.start()
+        if masters < 3:
+            self._join_by_hand()
+        else:
+            self._create(replicas)
+        self.wait_ready()
+
+    def _create(self, replicas: int) -> None:
         addresses = [f"127.0.0.1:{server.port}" for server in self.servers]
         created = subprocess.run(
             ["redis-cli", "--cluster", "create", *addresses, "--cluster-replicas", str(replicas),
@@ -62,7 +75,21 @@ class ClusterGroup:
         if created.returncode != 0:
             raise RuntimeError(f"redis-cli --cluster create failed:\n{created.stdout}\n"
                                f"{created.stderr}")
-        self.wait_ready()
+
+    def _join_by_hand(self) -> None:
+        """What ``redis-cli --cluster create`` does, for one or two primaries: each takes an
+        equal contiguous range of the slots and its own config epoch (so no two claim a slot
+        at the same epoch), then meets the first."""
+        count = len(self.servers)
+        for n, server in enumerate(self.servers):
+            first = n * HASH_SLOTS // count
+            last = (n + 1) * HASH_SLOTS // count - 1
+            with self.node(server) as client:
+                client.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
+                client.execute_command("CLUSTER", "SET-CONFIG-EPOCH", n + 1)
+        for server in self.servers[1:]:
+            with self.node(server) as client:
+                client.execute_command("CLUSTER", "MEET", "127.0.0.1", self.servers[0].port)
 
     @property
     def url(self) -> str:
@@ -88,7 +115,7 @@ class ClusterGroup:
         """Every live node says the cluster is ok and that it has all slots covered."""
         try:
             return all(self._info(s)["cluster_state"] == "ok" and
-                       self._info(s)["cluster_slots_ok"] == "16384"
+                       self._info(s)["cluster_slots_ok"] == str(HASH_SLOTS)
                        for s in self.servers if s.is_alive())
         except (redis.RedisError, KeyError):
             return False
