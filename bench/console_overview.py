@@ -30,7 +30,7 @@ from pathlib import Path
 import django
 from django.conf import settings
 
-from bench._common import redis_server
+from bench._common import SHARDS_ENV, redis_server
 from tests.harness import PostgresServer, find_postgres_bindir
 
 BUDGET_MS = 300.0
@@ -169,7 +169,7 @@ def run(database: str, accounts: int, runs: int, store_accounts: int, shards: in
                           "--accounts", str(accounts), "--runs", str(runs),
                           "--store-accounts", str(store_accounts)],
                          capture_output=True, text=True, env={**os.environ,
-                                                              "FQ_SHARDS": str(shards)})
+                                                              SHARDS_ENV: str(shards)})
     if out.returncode:
         raise SystemExit(f"{database} failed:\n{out.stdout}\n{out.stderr}")
     return [tuple(row) for row in json.loads(out.stdout.splitlines()[-1])]
