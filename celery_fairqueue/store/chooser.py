@@ -15,6 +15,7 @@ A shard of unknown weight is asked first: never asked yet, woken on its channel 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 
 #: How long a worker leaves out a shard whose claim failed (a failover under way, say).
 RETRY_FAILED_SECONDS = 1.0
@@ -34,14 +35,23 @@ class ShardChooser:
         return (self.weights[n] is None or self.due[n] <= now
                 or now - self.asked[n] >= self.poll_interval)
 
-    def pick(self, now: float, tried: set[int]) -> int | None:
-        """The shard to claim from now, none of ``tried``; None when none has work."""
+    def pick(self, now: float, tried: set[int], settling: Collection[int] = (),
+             batch: int = 1) -> int | None:
+        """The shard to claim from now, none of ``tried``; None when none has work. A shard
+        this worker has acks for (``settling``) goes first while its pass is within one claim
+        of ``batch`` jobs of the lowest: the acks ride on that claim instead of a call of
+        their own, and no shard gets ahead by more than one claim."""
         candidates = [n for n in range(len(self.weights)) if n not in tried]
         unknown = [n for n in candidates if self._unknown(n, now)]
         if unknown:
             return min(unknown, key=lambda n: (self.asked[n], n))
         runnable = [n for n in candidates if (self.weights[n] or 0) > 0]
-        return min(runnable, key=lambda n: (self.passes[n], n)) if runnable else None
+        if not runnable:
+            return None
+        lowest = min(self.passes[n] for n in runnable)
+        riding = [n for n in runnable if n in settling
+                  and self.passes[n] - lowest <= batch / (self.weights[n] or 1)]
+        return min(riding or runnable, key=lambda n: (self.passes[n], n))
 
     def claimed(self, n: int, jobs: int, runnable: int, next_due: float | None,
                 now: float) -> None:

@@ -129,7 +129,7 @@ class ShardedStore(FairStore):
         runnable = 0
         while want > len(leases):
             now = time.monotonic()
-            n = self._chooser.pick(now, tried)
+            n = self._chooser.pick(now, tried, settling=by_shard, batch=want - len(leases))
             if n is None:
                 break
             tried.add(n)

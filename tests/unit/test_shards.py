@@ -91,3 +91,19 @@ def test_a_shard_back_at_work_banks_no_turns():
         picks[shard] += 1
         chooser.claimed(shard, 1, 1, None, 0.0)
     assert abs(picks[0] - picks[1]) <= 2
+
+
+def test_acks_ride_on_a_claim_of_their_shard_while_it_is_within_a_claim_of_its_pass():
+    chooser = ShardChooser(2, poll_interval=30.0)
+    for shard in (0, 1):
+        chooser.claimed(shard, 0, 1, None, 0.0)
+    chooser.claimed(1, 4, 1, None, 0.0)  # shard 1 is 4 jobs ahead
+    assert chooser.pick(0.0, set()) == 0
+    assert chooser.pick(0.0, set(), settling={1}, batch=4) == 1
+    assert chooser.pick(0.0, set(), settling={1}, batch=3) == 0  # more than a claim ahead
+    picks = Counter()
+    for _ in range(800):  # acks always pending for shard 1: shares still hold
+        shard = chooser.pick(0.0, set(), settling={1}, batch=4)
+        picks[shard] += 4
+        chooser.claimed(shard, 4, 1, None, 0.0)
+    assert abs(picks[0] - picks[1]) <= 8
