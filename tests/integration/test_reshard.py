@@ -185,12 +185,19 @@ def test_while_a_move_runs_both_numbers_are_accepted_and_moved_accounts_are_forw
 
 
 def test_a_marker_names_its_account_for_a_reshard(redis_server, redis_client):
+    store = open_store(settings(redis_server.url, 4))
+    shard = store.shard_for("a b")
+    shard.enqueue(queue="celery", account="a b", job_id="t1:0", envelope="{}", job_key="k1")
+    raw = redis_client.get(shard.keys.job_key("k1"))
+    assert '"account":"a%20b"' in raw
+    shard.mark_started("k1", "t1:0")
+    assert '"account":"a%20b"' in redis_client.get(shard.keys.job_key("k1"))
+
+
+def test_a_marker_of_a_store_of_one_shard_names_no_account(redis_server, redis_client):
     store = open_store(settings(redis_server.url, 1))
     store.enqueue(queue="celery", account="a b", job_id="t1:0", envelope="{}", job_key="k1")
-    raw = redis_client.get(Keys("fairqueue").job_key("k1"))
-    assert '"account":"a%20b"' in raw
-    store.mark_started("k1", "t1:0")
-    assert '"account":"a%20b"' in redis_client.get(Keys("fairqueue").job_key("k1"))
+    assert '"account"' not in redis_client.get(Keys("fairqueue").job_key("k1"))
 
 
 @pytest.mark.slow

@@ -255,6 +255,8 @@ end
 -- to now (upgrade.lua gives the time a job of the layout before records finished).
 -- ``account`` (encoded) is the account of the job: a key string's name does not say it, and a
 -- reshard (store/reshard.py) moves an account's markers with it (bytes only, no command).
+-- A marker names its account (for a reshard to find it) only in a sharded store: 20 bytes a key
+-- that a store of one shard does not need (a reshard copies an unnamed done marker everywhere).
 local function make_marker(state, job_id, external, at, account)
   local tail = (external and external ~= '') and (',"external_id":' .. external) or ''
   local owner = account and (',"account":"' .. account .. '"') or ''
@@ -287,7 +289,8 @@ end
 -- was ('' when none, or only pending), for the task to decide whether to run or to reconcile.
 local function mark_started(job_key, job_id, account)
   local key = key_of(job_key)
-  local old = redis.call('SET', key, make_marker('started', job_id, nil, nil, account), 'GET')
+  local marker = make_marker('started', job_id, nil, nil, SHARDED and account or nil)
+  local old = redis.call('SET', key, marker, 'GET')
   local state = marker_state(old)
   if state == 'done' then
     redis.call('SET', key, old, 'KEEPTTL')  -- done stays done (a redelivery finds it)
@@ -315,7 +318,7 @@ end
 -- ``account``: the job's (nil when its record is gone: the old marker's is kept, if it has one).
 local function mark_done(job_key, job_id, retention, account)
   local key = key_of(job_key)
-  local old = redis.call('SET', key, make_marker('done', job_id, nil, nil, account), 'PX',
+  local old = redis.call('SET', key, make_marker('done', job_id, nil, nil, SHARDED and account or nil), 'PX',
                          retention_ms(retention), 'GET')
   if marker_state(old) == 'done' then
     redis.call('SET', key, old, 'PX', retention_ms(retention))

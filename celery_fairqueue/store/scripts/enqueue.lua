@@ -116,7 +116,8 @@ end
 local taken_over = nil
 if job_key ~= '-' then
   local key = key_of(job_key)
-  local pending = make_marker('pending', job_id, nil, nil, account)
+  local owner = SHARDED and account or nil  -- see make_marker
+  local pending = make_marker('pending', job_id, nil, nil, owner)
   taken_over = false
   if dedupe ~= '1' or not redis.call('SET', key, pending, 'NX') then
     -- the key is held (a retry re-points it): by a job still in the store (not one a task has
@@ -132,8 +133,8 @@ if job_key ~= '-' then
       return refuse(0, holder)
     end
     -- a started marker stays started (a retry, a replay: the side effect may have begun)
-    redis.call('SET', key, marker_state(old) == 'started' and make_marker('started', job_id, nil, nil,
-                                                                  account) or pending)
+    redis.call('SET', key, marker_state(old) == 'started' and
+                           make_marker('started', job_id, nil, nil, owner) or pending)
   end
 end
 -- the account's ready jobs before this one: the bound, and whether it has a state already
