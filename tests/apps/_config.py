@@ -19,6 +19,7 @@ def fair_test_conf() -> dict:
         "worker_enable_remote_control": os.environ.get("FQ_REMOTE_CONTROL", "1") == "1",
         "fairqueue_max_deliveries": int(os.environ.get("FQ_MAX_DELIVERIES", "10")),
         "fairqueue_job_retention": float(os.environ.get("FQ_JOB_RETENTION", "86400")),
+        "fairqueue_shards": int(os.environ.get("FQ_SHARDS", "1")),
     }
 
 

@@ -6,7 +6,10 @@ of one store shares the hash tag ``{fairqueue}``, so the store lives in one slot
 Redis Cluster replicates asynchronously, so an enqueue acknowledged in the last moment before
 its primary dies may never reach the replica that takes over; ``fairqueue_wait_replicas=1``
 (WAIT after each enqueue) is what makes "nothing acknowledged is lost" a guarantee, and that is
-what the failover test asserts; without it the losses are measured and bounded.
+what the failover test asserts; without it the losses are measured and bounded. The failover
+and the wake-up tests run again with the store in 16 shards (``fairqueue_shards``): the shards'
+tags spread them over the three primaries, so a failover takes some shards away, not all, and
+the workers are woken on each shard's channel (sharded pub/sub).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ pytestmark = pytest.mark.skipif(
 APP = "tests.apps.cluster"
 RATE = 25.0  # jobs a second
 ACCOUNTS = 4
+SHARDS = 16  # the sharded runs: about five shards a primary
 PASSWORD = "s3cret/with:odd@chars"
 
 
@@ -79,10 +83,12 @@ def cluster(tmp_path):
 
 @pytest.fixture
 def cluster_app(monkeypatch, redis_server):
-    """``cluster_app(url, wait_replicas)``: the test app module, imported for this store."""
-    def load(url: str, wait_replicas: int):
+    """``cluster_app(url, wait_replicas, shards=1)``: the test app module, imported for this
+    store."""
+    def load(url: str, wait_replicas: int, shards: int = 1):
         monkeypatch.setenv("FQ_CLUSTER_URL", url)
         monkeypatch.setenv("FQ_WAIT_REPLICAS", str(wait_replicas))
+        monkeypatch.setenv("FQ_SHARDS", str(shards))
         sys.modules.pop(APP, None)  # the settings are read at import
         return importlib.import_module(APP)
 
@@ -158,9 +164,10 @@ def migrate_slot(cluster: ClusterGroup, slot: int, source, target, ask_window: f
                 client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
 
 
-def drained(cluster: ClusterGroup, keys: Keys) -> bool:
+def drained(cluster: ClusterGroup, shards: int = 1) -> bool:
+    """No job left in any of the store's ``shards`` shards."""
     with cluster.client() as client:
-        return int(client.hlen(keys.records)) == 0
+        return all(int(client.hlen(Keys(shard=n).records)) == 0 for n in range(shards))
 
 
 def test_jobs_run_while_the_store_slot_moves_to_another_primary(
@@ -188,7 +195,7 @@ def test_jobs_run_while_the_store_slot_moves_to_another_primary(
     assert cluster.owner(keys.records) is target
     assert wait_until(lambda: producer.acked_after(moved) >= 2 * RATE, 20), producer.errors[-3:]
     producer.finish()
-    assert wait_until(lambda: drained(cluster, keys), 30), "jobs left in the store"
+    assert wait_until(lambda: drained(cluster), 30), "jobs left in the store"
     time.sleep(0.5)  # a job acked in the store has written its side effect before
 
     replies = {code: n - before.get(code, 0) for code, n in errorstats(source).items()}
@@ -207,17 +214,20 @@ def test_jobs_run_while_the_store_slot_moves_to_another_primary(
     assert replies.get("MOVED", 0) > 0, f"no client met the moved slot: {replies}"
 
 
-@pytest.mark.parametrize("wait_replicas", [0, 1], ids=["async", "wait1"])
+@pytest.mark.parametrize(("wait_replicas", "shards"), [(0, 1), (1, 1), (1, SHARDS)],
+                         ids=["async", "wait1", f"wait1-{SHARDS}shards"])
 def test_a_primary_failover_loses_no_acknowledged_job(
-        figure, wait_replicas, cluster, cluster_app, celery_worker_factory, ledger):
+        figure, wait_replicas, shards, cluster, cluster_app, celery_worker_factory, ledger):
     """SIGKILL the primary holding the store's slot under a steady stream of jobs; its replica
     takes over (``cluster-node-timeout`` 1.5 s) and the killed node, restarted, comes back as
     the new primary's replica. Producers and workers follow. With
     ``fairqueue_wait_replicas=1`` no acknowledged job is lost (an enqueue that no replica
     confirmed raised instead, and the producer made it again); without it, only jobs
-    acknowledged in the last moment before the kill may be."""
-    app = cluster_app(cluster.url, wait_replicas)
-    env = {"FQ_CLUSTER_URL": cluster.url, "FQ_WAIT_REPLICAS": str(wait_replicas)}
+    acknowledged in the last moment before the kill may be. In 16 shards, the killed primary
+    is the home shard's (the worker registry) and holds about a third of the shards."""
+    app = cluster_app(cluster.url, wait_replicas, shards)
+    env = {"FQ_CLUSTER_URL": cluster.url, "FQ_WAIT_REPLICAS": str(wait_replicas),
+           "FQ_SHARDS": str(shards)}
     workers = [celery_worker_factory(APP, env=env) for _ in range(2)]
     keys = Keys()
     primary = cluster.owner(keys.records)
@@ -243,7 +253,7 @@ def test_a_primary_failover_loses_no_acknowledged_job(
         f"{producer.errors[-3:]}\n{cluster.log_tail()}")
     producer.finish()
     first_after = min(at for at in producer.acked.values() if at > killed)
-    assert wait_until(lambda: drained(cluster, keys), 30), (
+    assert wait_until(lambda: drained(cluster, shards), 30), (
         "jobs left in the store\n" + "\n".join(w.log_tail(15) for w in workers))
     time.sleep(0.5)  # a job acked in the store has written its side effect before
 
@@ -251,8 +261,9 @@ def test_a_primary_failover_loses_no_acknowledged_job(
     acked = producer.acked
     lost = {key: at for key, at in acked.items() if key not in counts}
     duplicates = {key: n for key, n in counts.items() if n > 1}
-    figure(f"cluster failover: {len(acked)} enqueued, {sum(1 for k in acked if k in counts)} "
-           f"run, {len(lost)} lost, failover took {first_after - killed_at:.1f} s (replica "
+    figure(f"cluster failover, {shards} shard(s): {len(acked)} enqueued, "
+           f"{sum(1 for k in acked if k in counts)} run, {len(lost)} lost, enqueues acknowledged "
+           f"again {first_after - killed_at:.1f} s after the kill (replica "
            f"promoted after {switched - killed_at:.1f} s); fairqueue_wait_replicas="
            f"{wait_replicas}, .delay() median {statistics.median(producer.latencies) * 1000:.1f}"
            f" ms, {len(producer.errors)} enqueues retried, {len(duplicates)} run twice")
@@ -270,7 +281,8 @@ def test_a_primary_failover_loses_no_acknowledged_job(
         assert not lost, f"acknowledged jobs lost although a replica confirmed each: {lost}"
     assert producer.acked_after(killed) >= 3 * RATE  # jobs kept coming and running
     with cluster.client() as client:
-        assert int(client.hget(keys.stats, "acked") or 0) > 0
+        assert sum(int(client.hget(Keys(shard=n).stats, "acked") or 0)
+                   for n in range(shards)) > 0
 
 
 def test_the_console_operations_run_on_a_cluster(cluster):
@@ -313,13 +325,17 @@ def test_the_console_operations_run_on_a_cluster(cluster):
     store.client.close()
 
 
-def test_an_idle_worker_on_a_cluster_store_is_woken_not_polled(cluster, cluster_app,
+@pytest.mark.parametrize("shards", [1, SHARDS])
+def test_an_idle_worker_on_a_cluster_store_is_woken_not_polled(shards, cluster, cluster_app,
                                                                  celery_worker_factory, ledger):
-    """The scripts PUBLISH on the queue's wake channel at the store's node; a cluster
-    propagates it to every node, so the worker's subscription, wherever it landed, hears it."""
-    app = cluster_app(cluster.url, 0)
+    """The scripts SPUBLISH on the queue's wake channel of their shard, at the shard's node;
+    the worker's sharded subscription (SSUBSCRIBE, a connection to each node that holds one of
+    its channels) hears it, on whichever primary the account's shard lives."""
+    app = cluster_app(cluster.url, 0, shards)
     celery_worker_factory(APP, env={"FQ_CLUSTER_URL": cluster.url, "FQ_WAIT_REPLICAS": "0",
-                                    "FQ_POLL_INTERVAL": "60"})
+                                    "FQ_POLL_INTERVAL": "60", "FQ_SHARDS": str(shards)})
     time.sleep(1)  # its first claims found nothing: it waits
-    app.job.delay("acme", 1)
-    assert wait_until(lambda: ledger.counts() == {"acme:1": 1}, 15)
+    accounts = ["acme", "umbrella", "vandelay"]  # in 16 shards: one on each primary
+    for account in accounts:
+        app.job.delay(account, 1)
+    assert wait_until(lambda: ledger.counts() == {f"{a}:1": 1 for a in accounts}, 15)
