@@ -109,7 +109,16 @@ class SoakTask(FairTask):
 
 
 class StormTask(SoakTask):
+    """The kill storm's: counts the runs its reconciliation skipped (a side effect written by
+    a run that a SIGKILL cut before its ack)."""
+
     done_key = "storm:done"
+
+    def already_applied(self, job_key: str, account: str, n: int, *args: object) -> str | None:
+        found = super().already_applied(job_key, account, n, *args)
+        if found:
+            ledger.incr("storm:reconciled")
+        return found
 
 
 @app.task(base=SoakTask, bind=True, account_arg="account", job_key=("account", "n"))
@@ -127,6 +136,8 @@ def soak_job(self, account: str, n: int, enqueued: float, seconds: float, fail: 
 @app.task(base=StormTask, bind=True, account_arg="account", job_key=("account", "n"))
 def storm_job(self, account: str, n: int) -> None:
     """The kill storm's job: its side effect is counted per business key, so a job run twice
-    shows (the reconciliation finds a crashed run's side effect and skips the job)."""
-    time.sleep(0.01)
+    shows (the reconciliation finds a crashed run's side effect and skips the job). It runs
+    50 ms before the side effect and 50 ms after, so a SIGKILL lands in either half."""
+    time.sleep(0.05)
     ledger.hincrby(StormTask.done_key, f"{account}:{n}", 1)
+    time.sleep(0.05)

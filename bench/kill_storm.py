@@ -113,6 +113,8 @@ def main() -> None:
             producer.finish()
             drained = wait_until(lambda: stored_jobs(store) == 0, 120, 0.5)
             time.sleep(1)  # a job acked in the store has written its side effect before
+            reaped = store.stats().get("reaped", 0)
+            reconciled = int(client.get("storm:reconciled") or 0)
         done = {key: int(count) for key, count in client.hgetall("storm:done").items()}
     acked = set(producer.acked)
     lost = sorted(acked - set(done))
@@ -124,7 +126,9 @@ def main() -> None:
     print(f"\nkill storm: {options.shards} shard(s) on {where}; {options.kills} worker SIGKILLs; "
           f"{len(acked)} jobs acknowledged, {len(done)} run, {len(lost)} lost, "
           f"{len(duplicated)} duplicated side effects, {len(phantom)} phantom; "
-          f"{len(producer.errors)} enqueues refused and made again; store drained: {drained}")
+          f"{len(producer.errors)} enqueues refused and made again; {reaped} leases of killed "
+          f"workers reaped, {reconciled} runs skipped by the reconciliation (side effect "
+          f"already written); store drained: {drained}")
     if lost or duplicated or phantom or not drained:
         print(f"lost {lost[:10]}, duplicated {duplicated[:10]}, phantom {phantom[:10]}")
         raise SystemExit(1)

@@ -33,8 +33,9 @@ class ShardChooser:
 
     def _unknown(self, n: int, now: float) -> bool:
         weight = self.weights[n]
-        return weight is None or weight <= 0 and (
-            self.due[n] <= now or now - self.asked[n] >= self.poll_interval)
+        if weight is None:
+            return True
+        return weight <= 0 and (self.due[n] <= now or now - self.asked[n] >= self.poll_interval)
 
     def pick(self, now: float, tried: set[int]) -> int | None:
         """The shard to claim from now, none of ``tried``; None when none has work."""
