@@ -34,6 +34,7 @@ from pathlib import Path
 from bench._common import percentile, ratio, redis_server, runs, workers
 from celery_fairqueue import set_account_limit, store_for
 from celery_fairqueue.store.shards import account_shard
+from tests.harness.store_tools import place_accounts
 
 SLOTS = 4
 JOB_SECONDS = 0.02
@@ -176,22 +177,9 @@ WEIGHTS = {"w1": 1, "w2": 2, "w4": 4}
 
 
 def placed(weights: dict[str, int], shards: int, together: bool) -> dict[str, int]:
-    """Account ids for ``weights`` (renamed ``w1-7`` and so on) that live on ``shards``
-    different shards, or all on the first one's shard (``together``)."""
-    found: dict[str, int] = {}
-    taken: set[int] = set()
-    for name, weight in weights.items():
-        n = 0
-        while True:
-            account = f"{name}-{n}"
-            shard = account_shard(account, shards)
-            home = account_shard(next(iter(found)), shards) if found else shard
-            if (shard == home) if together else (shard not in taken or shards == 1):
-                break
-            n += 1
-        found[account] = weight
-        taken.add(shard)
-    return found
+    """``weights`` of accounts renamed (``w1-7``) to live on different shards or on one."""
+    names = place_accounts(list(weights), shards, together)
+    return dict(zip(names, weights.values(), strict=True))
 
 
 def weighted_shares(server, worker_count: int, weights: dict[str, int], first: int = 700,

@@ -6,6 +6,7 @@ from typing import Any
 
 from celery_fairqueue.store import EnqueueResult, FairStore, Lease
 from celery_fairqueue.store.records import JobRecord
+from celery_fairqueue.store.shards import account_shard
 
 
 def enqueue_many(store: FairStore, jobs: Iterable[dict[str, Any]], chunk: int = 1000
@@ -41,3 +42,17 @@ def hold_lease(store: FairStore, job_id: str, token: str, queue: str = "celery",
                        started=now, envelope="{}")
     store.client.hset(store.keys.records, job_id, record.build())
     store.client.zadd(store.keys.leases, {job_id: now + 3600})
+
+
+def place_accounts(names: Sequence[str], shards: int, together: bool) -> list[str]:
+    """An account id for each of ``names`` (``name-n``, the first n that fits) in a store of
+    ``shards`` shards: each on a shard of its own, or all on the first one's (``together``)."""
+    found: list[str] = []
+    for name in names:
+        taken = [account_shard(account, shards) for account in found]
+        for n in range(100_000):
+            shard = account_shard(f"{name}-{n}", shards)
+            if (shard == taken[0] if together and taken else shard not in taken or shards == 1):
+                found.append(f"{name}-{n}")
+                break
+    return found
