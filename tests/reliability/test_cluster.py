@@ -28,7 +28,9 @@ from celery_fairqueue import ConfigurationError, StoreUnavailableError
 from celery_fairqueue.settings import FairqueueSettings
 from celery_fairqueue.store import FairStore
 from celery_fairqueue.store.cluster import MIN_REDIS_PY, StoreClusterClient, parse_cluster_url
+from celery_fairqueue.store.core import open_store
 from celery_fairqueue.store.keys import Keys
+from celery_fairqueue.store.shards import account_shard
 from tests.harness import wait_until
 from tests.harness.producer import Producer
 from tests.harness.redis_cluster import ClusterGroup
@@ -43,6 +45,10 @@ APP = "tests.apps.cluster"
 RATE = 25.0  # jobs a second
 ACCOUNTS = 4
 SHARDS = 16  # the sharded runs: about five shards a primary
+#: The operator's views of a sharded store still read the home shard's keys only.
+HOME_ONLY_VIEWS = pytest.mark.xfail(
+    strict=True, reason="StoreInspector.status and .accounts, the console's views and "
+    "DeadLetters read the home shard's keys, not every shard's")
 PASSWORD = "s3cret/with:odd@chars"
 
 
@@ -96,7 +102,8 @@ def cluster_app(monkeypatch, redis_server):
     sys.modules.pop(APP, None)
 
 
-def test_every_store_operation_runs_on_a_cluster(cluster):
+@pytest.mark.parametrize("shards", [1, pytest.param(SHARDS, marks=HOME_ONLY_VIEWS)])
+def test_every_store_operation_runs_on_a_cluster(shards, cluster):
     """Beyond enqueue and claim: chunks of scripts, limits (a MULTI/EXEC), the operator's views
     (pipelines, HSCAN), dead letters, cancel, the event stream and the recorders' lock, TIME,
     PING and SCAN at the store's own primary, and the WAIT of fairqueue_wait_replicas."""
@@ -108,8 +115,9 @@ def test_every_store_operation_runs_on_a_cluster(cluster):
     from tests.harness.store_tools import ack_many, claim_jobs, enqueue_many
 
     app = Celery("t", broker="redis://127.0.0.1:1/0")
-    app.conf.update(fairqueue_redis_url=cluster.url, fairqueue_wait_replicas=1)
-    store = FairStore.from_settings(FairqueueSettings(redis_url=cluster.url, wait_replicas=1))
+    app.conf.update(fairqueue_redis_url=cluster.url, fairqueue_wait_replicas=1,
+                    fairqueue_shards=shards)
+    store = open_store(FairqueueSettings(redis_url=cluster.url, wait_replicas=1, shards=shards))
     app._fairqueue_store = store
     store.ping()
     assert abs(store.server_time() - time.time()) < 5
@@ -170,17 +178,19 @@ def drained(cluster: ClusterGroup, shards: int = 1) -> bool:
         return all(int(client.hlen(Keys(shard=n).records)) == 0 for n in range(shards))
 
 
+@pytest.mark.parametrize("shards", [1, SHARDS])
 def test_jobs_run_while_the_store_slot_moves_to_another_primary(
-        figure, cluster, cluster_app, celery_worker_factory, ledger):
+        figure, shards, cluster, cluster_app, celery_worker_factory, ledger):
     """Real workers and a producer on a cluster store; mid-stream the store's slot moves to
     another primary. While its keys are split between the two, scripts get TRYAGAIN (their
     keys must be on one node) and single-key commands ASK; afterwards every client's slot map
     is stale and the old primary answers MOVED. All are followed: every acknowledged job runs
-    exactly once, and jobs keep coming after the move."""
-    app = cluster_app(cluster.url, 0)
-    env = {"FQ_CLUSTER_URL": cluster.url, "FQ_WAIT_REPLICAS": "0"}
+    exactly once, and jobs keep coming after the move. In 16 shards the slot that moves is
+    that of the shard of the producer's first account."""
+    app = cluster_app(cluster.url, 0, shards)
+    env = {"FQ_CLUSTER_URL": cluster.url, "FQ_WAIT_REPLICAS": "0", "FQ_SHARDS": str(shards)}
     workers = [celery_worker_factory(APP, env=env) for _ in range(2)]
-    keys = Keys()
+    keys = Keys(shard=account_shard("acct0", shards))
     slot = key_slot(keys.records.encode())
     source = cluster.owner(keys.records)
     target = next(s for s in cluster.primaries() if s is not source)
@@ -195,14 +205,14 @@ def test_jobs_run_while_the_store_slot_moves_to_another_primary(
     assert cluster.owner(keys.records) is target
     assert wait_until(lambda: producer.acked_after(moved) >= 2 * RATE, 20), producer.errors[-3:]
     producer.finish()
-    assert wait_until(lambda: drained(cluster), 30), "jobs left in the store"
+    assert wait_until(lambda: drained(cluster, shards), 30), "jobs left in the store"
     time.sleep(0.5)  # a job acked in the store has written its side effect before
 
     replies = {code: n - before.get(code, 0) for code, n in errorstats(source).items()}
     counts = ledger.counts()
     lost = sorted(set(producer.acked) - set(counts))
     duplicates = {key: n for key, n in counts.items() if n > 1}
-    figure(f"cluster slot migration: {len(producer.acked)} enqueued, "
+    figure(f"cluster slot migration, {shards} shard(s): {len(producer.acked)} enqueued, "
            f"{sum(1 for k in producer.acked if k in counts)} run, {len(lost)} lost, "
            f"{len(duplicates)} run twice; the move took {moved - began:.1f} s; the old primary "
            f"answered MOVED {replies.get('MOVED', 0)}, ASK {replies.get('ASK', 0)}, TRYAGAIN "
@@ -285,7 +295,8 @@ def test_a_primary_failover_loses_no_acknowledged_job(
                    for n in range(shards)) > 0
 
 
-def test_the_console_operations_run_on_a_cluster(cluster):
+@pytest.mark.parametrize("shards", [1, pytest.param(SHARDS, marks=HOME_ONLY_VIEWS)])
+def test_the_console_operations_run_on_a_cluster(shards, cluster):
     """Pause and resume, run now, the worker registry and its heartbeat, and every console view
     (pipelines at the store's slot, the store's clock from its own primary)."""
     from celery import Celery
@@ -295,8 +306,8 @@ def test_the_console_operations_run_on_a_cluster(cluster):
     from tests.harness.store_tools import claim_jobs
 
     app = Celery("t", broker="redis://127.0.0.1:1/0")
-    app.conf.update(fairqueue_redis_url=cluster.url)
-    store = FairStore.from_settings(FairqueueSettings(redis_url=cluster.url))
+    app.conf.update(fairqueue_redis_url=cluster.url, fairqueue_shards=shards)
+    store = open_store(FairqueueSettings(redis_url=cluster.url, shards=shards))
     app._fairqueue_store = store
     inspector = StoreInspector(app)
     no_limit = AccountLimit().pack(0)
