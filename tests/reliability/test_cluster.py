@@ -6,10 +6,10 @@ of one store shares the hash tag ``{fairqueue}``, so the store lives in one slot
 Redis Cluster replicates asynchronously, so an enqueue acknowledged in the last moment before
 its primary dies may never reach the replica that takes over; ``fairqueue_wait_replicas=1``
 (WAIT after each enqueue) is what makes "nothing acknowledged is lost" a guarantee, and that is
-what the failover test asserts; without it the losses are measured and bounded. The failover
-and the wake-up tests run again with the store in 16 shards (``fairqueue_shards``): the shards'
-tags spread them over the three primaries, so a failover takes some shards away, not all, and
-the workers are woken on each shard's channel (sharded pub/sub).
+what the failover test asserts; without it the losses are measured and bounded. Each test runs
+again with the store in 16 shards (``fairqueue_shards``): the shards' tags spread them over the
+three primaries, so a failover or a slot's move takes some shards away, not all, and the
+workers are woken on each shard's channel (sharded pub/sub).
 """
 
 from __future__ import annotations
