@@ -31,9 +31,11 @@ app.conf.update(
     fairqueue_lease_seconds=float(os.environ.get("FQ_LEASE_SECONDS", "60")),
     fairqueue_heartbeat_interval=float(os.environ.get("FQ_HEARTBEAT_SECONDS", "10")),
     fairqueue_job_retention=float(os.environ.get("FQ_JOB_RETENTION", "86400")),
-    # bench.scale_out puts the store on a Redis Cluster, in shards; by default it is the broker's
+    # the scale-out, fairness and kill-storm benches put the store on a Redis Cluster, in
+    # shards; by default it is the broker's, unsharded
     fairqueue_redis_url=os.environ.get(STORE_URL_ENV) or None,
     fairqueue_shards=int(os.environ.get(SHARDS_ENV, "1")),
+    fairqueue_wait_replicas=int(os.environ.get("FQ_WAIT_REPLICAS", "0")),
 )
 celery_fairqueue.install(app)
 
@@ -102,9 +104,23 @@ class SoakTask(FairTask):
     """Reconciles as the docs recommend: a crash after the side effect finds it recorded."""
 
     retry_policy = RetryPolicy(base=0.05, cap=0.5, max_attempts=3)
+    done_key = "soak:done"  # the ledger's hash of side effects, a count per business key
 
     def already_applied(self, job_key: str, account: str, n: int, *args: object) -> str | None:
-        return "done" if ledger.hexists("soak:done", f"{account}:{n}") else None
+        return "done" if ledger.hexists(self.done_key, f"{account}:{n}") else None
+
+
+class StormTask(SoakTask):
+    """The kill storm's: counts the runs its reconciliation skipped (a side effect written by
+    a run that a SIGKILL cut before its ack)."""
+
+    done_key = "storm:done"
+
+    def already_applied(self, job_key: str, account: str, n: int, *args: object) -> str | None:
+        found = super().already_applied(job_key, account, n, *args)
+        if found:
+            ledger.incr("storm:reconciled")
+        return found
 
 
 @app.task(base=SoakTask, bind=True, account_arg="account", job_key=("account", "n"))
@@ -117,3 +133,13 @@ def soak_job(self, account: str, n: int, enqueued: float, seconds: float, fail: 
     ledger.rpush("soak:waits", time.time() - enqueued)
     time.sleep(seconds)
     ledger.hincrby("soak:done", f"{account}:{n}", 1)
+
+
+@app.task(base=StormTask, bind=True, account_arg="account", job_key=("account", "n"))
+def storm_job(self, account: str, n: int) -> None:
+    """The kill storm's job: its side effect is counted per business key, so a job run twice
+    shows (the reconciliation finds a crashed run's side effect and skips the job). It runs
+    50 ms before the side effect and 50 ms after, so a SIGKILL lands in either half."""
+    time.sleep(0.05)
+    ledger.hincrby(StormTask.done_key, f"{account}:{n}", 1)
+    time.sleep(0.05)

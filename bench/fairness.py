@@ -13,18 +13,49 @@
     entitlement (1/7, 2/7, 4/7). Then an account of weight 4 limited to 20/s beside an unlimited
     one, and the same at weight 1 (10 ms jobs, 2 workers x 4 threads): the limited one gets no
     more than its rate and the unlimited one keeps its throughput alone (work conserving).
+
+``--shards N`` spreads the fair store over N shards (``fairqueue_shards``); the weighted
+accounts are then placed on three different shards and, in a second run, on one shard, and
+``--minute`` adds each placement's shares over a minute of completions (2 workers). ``--cluster``
+puts the fair store on a Redis Cluster of 3 primaries (broker and ledger stay on one Redis).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
+import os
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
-from bench._common import percentile, ratio, redis_server, runs, workers
-from celery_fairqueue import set_account_limit
+from bench._common import (
+    SHARDS_ENV,
+    STORE_URL_ENV,
+    percentile,
+    ratio,
+    redis_server,
+    runs,
+    workers,
+)
+from celery_fairqueue import set_account_limit, store_for
+from celery_fairqueue.store.shards import account_shard
+from tests.harness.store_tools import place_accounts
 
 SLOTS = 4
 JOB_SECONDS = 0.02
+
+
+def fresh(server):
+    """The ledger's Redis flushed, and the fair store emptied (it may be a cluster's)."""
+    from bench import app
+
+    client = server.client()
+    client.flushall()
+    store_for(app.app).clear()
+    return client
 
 
 def wait_for_runs(client, count: int, timeout: float) -> None:
@@ -39,8 +70,7 @@ def whale_burst(server, kind: str, whale_jobs: int, small_accounts: int, small_j
     from bench import app
 
     task = app.fair_job if kind == "fair" else app.plain_job
-    client = server.client()
-    client.flushall()
+    client = fresh(server)
     with workers(server, 1, pool="threads", concurrency=SLOTS):
         for _ in range(whale_jobs):
             task.delay("whale", time.time(), JOB_SECONDS)
@@ -80,13 +110,14 @@ def report_whale(server, quick: bool) -> bool:
 
 
 def rate_phase(server, kind: str, limited_jobs: int, free_jobs: int, burst: int = 1,
-               weight: int = 1, free_seconds: float = JOB_SECONDS) -> dict:
+               weight: int = 1, free_seconds: float = JOB_SECONDS, free_name: str = "free"
+               ) -> dict:
     """Enqueue the backlog first, then start the workers, so only the workers are measured;
-    the limited account has ``weight`` (fair), the free account's jobs take ``free_seconds``."""
+    the limited account has ``weight`` (fair), the free account (``free_name``)'s jobs take
+    ``free_seconds``."""
     from bench import app
 
-    client = server.client()
-    client.flushall()
+    client = fresh(server)
     if kind == "fair":
         limited, free = app.fair_job, app.fair_job
         set_account_limit(app.app, "limited", rate="20/s", burst=burst, weight=weight)
@@ -96,40 +127,53 @@ def rate_phase(server, kind: str, limited_jobs: int, free_jobs: int, burst: int 
         if n < limited_jobs:
             limited.delay("limited", time.time(), 0.0)
         if n < free_jobs:
-            free.delay("free", time.time(), free_seconds)
+            free.delay(free_name, time.time(), free_seconds)
     with workers(server, 2, pool="threads", concurrency=4):
         wait_for_runs(client, limited_jobs + free_jobs, timeout=limited_jobs / 10 + 120)
     rows = runs(client)
     limited_starts = sorted(r[2] for r in rows if r[0] == "limited")
-    free_rows = [r for r in rows if r[0] == "free"]
+    free_rows = [r for r in rows if r[0] == free_name]
     free_span = max(r[3] for r in free_rows) - min(r[2] for r in free_rows)
     rate = ((len(limited_starts) - 1) / (limited_starts[-1] - limited_starts[0])
             if len(limited_starts) > 1 else float("nan"))
     return {"rate": rate, "free_throughput": len(free_rows) / free_span}
 
 
-def report_rate(server, quick: bool) -> bool:
+def report_rate(server, quick: bool, shards: int = 1) -> bool:
+    """In a sharded store "free" lives on another shard than "limited"; a last run puts the
+    unlimited account on the limited one's shard."""
     limited_jobs, free_jobs, rounds = (60, 400, 1) if quick else (200, 1600, 2)
     results = {}
-    for kind, burst in (("plain", 1), ("fair", 1), ("fair", 2)):
-        alone = max((rate_phase(server, kind, 0, free_jobs) for _ in range(rounds)),
-                    key=lambda r: r["free_throughput"])
-        mixed = max((rate_phase(server, kind, limited_jobs, free_jobs, burst)
+    runs_of = [("plain", 1, "free"), ("fair", 1, "free"), ("fair", 2, "free")]
+    if shards > 1:
+        print(f"    {shards} shards: limited on shard {account_shard('limited', shards)}, free "
+              f"on shard {account_shard('free', shards)}")
+        home = account_shard("limited", shards)
+        runs_of.append(("fair", 2, next(f"free-{n}" for n in itertools.count()
+                                        if account_shard(f"free-{n}", shards) == home)))
+    for kind, burst, free_name in runs_of:
+        alone = max((rate_phase(server, kind, 0, free_jobs, free_name=free_name)
                      for _ in range(rounds)), key=lambda r: r["free_throughput"])
-        results[kind, burst] = (alone, mixed)
+        mixed = max((rate_phase(server, kind, limited_jobs, free_jobs, burst,
+                                free_name=free_name)
+                     for _ in range(rounds)), key=lambda r: r["free_throughput"])
+        results[kind, burst, free_name] = (alone, mixed)
     print(f"\n(3) rate limit 20/s on one account ({limited_jobs} jobs) beside an unlimited one "
           f"({free_jobs} jobs of {JOB_SECONDS * 1000:.0f} ms), backlog enqueued first; "
           f"2 workers x 4 threads; best of {rounds}")
     ok = True
-    for (kind, burst), (alone, mixed) in results.items():
+    for (kind, burst, free_name), (alone, mixed) in results.items():
         kept = ratio(mixed["free_throughput"], alone["free_throughput"])
         how = f"limit, burst={burst}" if kind == "fair" else "rate_limit='20/s'"
+        if free_name != "free":
+            print(f"    unlimited account {free_name!r} on the limited one's shard "
+                  f"{account_shard(free_name, shards)}:")
         print(f"    {kind:6} {how:18} achieved {mixed['rate']:6.1f}/s "
               f"({(mixed['rate'] / 20 - 1) * 100:+.1f}% of 20/s); unlimited account "
               f"{mixed['free_throughput']:6.1f} jobs/s vs {alone['free_throughput']:6.1f} alone "
               f"= {kept:.2f}")
         if (kind, burst) == ("fair", 2):
-            ok = abs(mixed["rate"] / 20 - 1) <= 0.05 and kept >= 0.95
+            ok &= abs(mixed["rate"] / 20 - 1) <= 0.05 and kept >= 0.95
     print("    acceptance (fair, burst=2): rate within +-5 %, unlimited account keeps >= 0.95.\n"
           "    With burst=1 (the size of Celery's own bucket) a token not taken the moment it is "
           "due is lost,\n    so dispatch latency (~2-3 ms a job here) shows as a shortfall; "
@@ -140,36 +184,79 @@ def report_rate(server, quick: bool) -> bool:
 WEIGHTS = {"w1": 1, "w2": 2, "w4": 4}
 
 
-def weighted_shares(server, worker_count: int, first: int = 700) -> dict[str, float]:
+def placed(weights: dict[str, int], shards: int, together: bool) -> dict[str, int]:
+    """``weights`` of accounts renamed (``w1-7``) to live on different shards or on one."""
+    names = place_accounts(list(weights), shards, together)
+    return dict(zip(names, weights.values(), strict=True))
+
+
+def weighted_shares(server, worker_count: int, weights: dict[str, int], first: int = 700,
+                    seconds: float = 0.0) -> dict[str, float]:
+    """Each account's share of the first ``first`` completions, or (``seconds``) of those in
+    the first ``seconds`` after the first one; the backlog is enqueued before the workers
+    start, in proportion to the weights, enough for the accounts to stay backlogged."""
     from bench import app
 
-    client = server.client()
-    client.flushall()
-    for account, weight in WEIGHTS.items():
+    client = fresh(server)
+    for account, weight in weights.items():
         set_account_limit(app.app, account, weight=weight)
-    for _ in range(first):  # enough that every account stays backlogged
-        for account in WEIGHTS:
-            app.fair_job.delay(account, time.time(), JOB_SECONDS)
+    total = sum(weights.values())
+    # a worker runs at most SLOTS / JOB_SECONDS jobs a second
+    expected = first if not seconds else int(seconds * SLOTS / JOB_SECONDS * worker_count)
+    backlog = {a: int(expected * w / total) + first for a, w in weights.items()}
+    for n in range(max(backlog.values())):
+        for account, count in backlog.items():
+            if n < count:
+                app.fair_job.delay(account, time.time(), JOB_SECONDS)
     with workers(server, worker_count, pool="threads", concurrency=SLOTS):
-        wait_for_runs(client, first, timeout=first * JOB_SECONDS + 120)
-    done = sorted(runs(client), key=lambda r: r[3])[:first]
-    return {account: sum(1 for r in done if r[0] == account) / first for account in WEIGHTS}
+        if seconds:
+            time.sleep(seconds + 5)
+            wait_for_runs(client, 1, timeout=60)
+        else:
+            wait_for_runs(client, first, timeout=first * JOB_SECONDS + 120)
+    done = sorted(runs(client), key=lambda r: r[3])
+    if seconds:
+        done = [r for r in done if r[3] <= done[0][3] + seconds]
+        drained = [a for a in weights if sum(1 for r in done if r[0] == a) >= backlog[a]]
+        if drained:
+            raise RuntimeError(f"{drained} ran out of jobs: not backlogged the whole minute")
+    else:
+        done = done[:first]
+    return {account: sum(1 for r in done if r[0] == account) / len(done)
+            for account in weights} | {"jobs": len(done)}
 
 
-def report_weighted(server, quick: bool) -> bool:
+def shares_line(weights: dict[str, int], shares: dict[str, float]) -> tuple[str, bool]:
+    total, ok, cells = sum(weights.values()), True, []
+    for account, weight in weights.items():
+        off = shares[account] / (weight / total) - 1
+        ok &= abs(off) <= 0.05
+        cells.append(f"{account} {shares[account]:.3f} vs {weight}/{total} = "
+                     f"{weight / total:.3f} ({off * 100:+.1f}%)")
+    return "; ".join(cells), ok
+
+
+def report_weighted(server, quick: bool, shards: int = 1, minute: bool = False) -> bool:
     ok = True
     print("\n(4) weights 1:2:4, all backlogged, 20 ms jobs, first 700 completions "
           "(acceptance: each share within +-5 % of its entitlement)")
-    for count in (1, 2):
-        shares = weighted_shares(server, count)
-        total = sum(WEIGHTS.values())
-        cells = []
-        for account, weight in WEIGHTS.items():
-            off = shares[account] / (weight / total) - 1
-            ok &= abs(off) <= 0.05
-            cells.append(f"{account} {shares[account]:.3f} vs {weight}/{total} = "
-                         f"{weight / total:.3f} ({off * 100:+.1f}%)")
-        print(f"    {count} worker(s) x {SLOTS} threads: " + "; ".join(cells))
+    placements = ([("different shards", False), ("one shard", True)] if shards > 1
+                  else [("", False)])
+    for where, together in placements:
+        weights = placed(WEIGHTS, shards, together)
+        if shards > 1:
+            print(f"    {shards} shards, on {where}: " + ", ".join(
+                f"{a} on shard {account_shard(a, shards)}" for a in weights))
+        for count in (1, 2):
+            line, good = shares_line(weights, weighted_shares(server, count, weights))
+            ok &= good
+            print(f"    {count} worker(s) x {SLOTS} threads: {line}")
+        if minute:
+            shares = weighted_shares(server, 2, weights, seconds=60)
+            line, good = shares_line(weights, shares)
+            ok &= good
+            print(f"    over a minute ({shares['jobs']:.0f} jobs), 2 workers x {SLOTS} threads: "
+                  f"{line}")
     limited_jobs, free_jobs, rounds = (60, 800, 1) if quick else (200, 3000, 3)
     def phase(limited: int, weight: int = 1) -> dict:  # 10 ms jobs beside one limited account
         return rate_phase(server, "fair", limited, free_jobs, burst=2, weight=weight,
@@ -190,19 +277,45 @@ def report_weighted(server, quick: bool) -> bool:
     return ok
 
 
+@contextlib.contextmanager
+def fair_store(cluster: bool) -> Iterator[None]:
+    """The fair store on a Redis Cluster of 3 primaries (``cluster``), else on the bench's
+    redis-server, as bench.app reads ``$FQ_BENCH_STORE_URL``."""
+    if not cluster:
+        yield
+        return
+    from tests.harness.redis_cluster import ClusterGroup
+
+    with tempfile.TemporaryDirectory(prefix="fq-bench-cluster-") as folder:
+        group = ClusterGroup(Path(folder), replicas=0)
+        os.environ[STORE_URL_ENV] = group.url
+        try:
+            yield
+        finally:
+            group.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller workloads")
     parser.add_argument("--only", choices=["whale", "rate", "weighted"])
+    parser.add_argument("--shards", type=int, default=1, help="fairqueue_shards of the store")
+    parser.add_argument("--cluster", action="store_true",
+                        help="the fair store on a Redis Cluster of 3 primaries")
+    parser.add_argument("--minute", action="store_true",
+                        help="(4) also measures the shares over a minute")
     options = parser.parse_args()
+    os.environ[SHARDS_ENV] = str(options.shards)  # read by bench.app, here and in the workers
     ok = True
-    with redis_server() as server:
+    with redis_server() as server, fair_store(options.cluster):
+        print(f"fair store: {options.shards} shard(s) on "
+              f"{'a Redis Cluster of 3 primaries' if options.cluster else 'one redis-server'}")
         if options.only in (None, "whale"):
             ok &= report_whale(server, options.quick)
         if options.only in (None, "rate"):
-            ok &= report_rate(server, options.quick)
+            ok &= report_rate(server, options.quick, options.shards)
         if options.only in (None, "weighted"):
-            ok &= report_weighted(server, options.quick)
+            ok &= report_weighted(server, options.quick, options.shards, options.minute)
     print("\nall acceptance figures met" if ok else "\nSOME ACCEPTANCE FIGURES NOT MET")
 
 

@@ -8,8 +8,12 @@ of the whole store is its weight over the sum, wherever it lives. A shard that c
 work joins at the lowest pass of those that have work: it neither banks turns while idle nor
 jumps the others, as an account joins its rotation.
 
-A shard of unknown weight is asked first: never asked yet, woken on its channel (new work), due
-(a deferred account or delayed job), or not asked for a poll interval (a missed wake-up).
+A shard of unknown weight is asked first: never asked yet, woken on its channel (new work), or
+believed empty and due (a deferred account or delayed job) or not asked for a poll interval (a
+missed wake-up). A shard with work waits for its pass, however long ago it was asked: were it
+asked first once stale, every shard would be stale whenever a worker claims from each less
+often than once a poll interval (a short interval, big batches, many shards), and they would
+take turns, not shares; its weight is brought up to date when its pass comes.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ class ShardChooser:
         self.asked = [-math.inf] * shards  # monotonic time it was last asked
 
     def _unknown(self, n: int, now: float) -> bool:
-        return (self.weights[n] is None or self.due[n] <= now
-                or now - self.asked[n] >= self.poll_interval)
+        weight = self.weights[n]
+        if weight is None:
+            return True
+        return weight <= 0 and (self.due[n] <= now or now - self.asked[n] >= self.poll_interval)
 
     def pick(self, now: float, tried: set[int], settling: Collection[int] = (),
              batch: int = 1) -> int | None:

@@ -1,6 +1,7 @@
 """Weighted fair share in the claim, on a real redis-server: start-time fair queueing over
 virtual tags (claim.lua, join_rotation in _lib.lua)."""
 
+import dataclasses
 import json
 import time
 from collections import Counter
@@ -9,9 +10,12 @@ import pytest
 
 from celery_fairqueue import set_account_limit
 from celery_fairqueue.limits import AccountLimit
+from celery_fairqueue.settings import settings_for
 from celery_fairqueue.store import FairStore
+from celery_fairqueue.store.core import open_store
+from celery_fairqueue.store.shards import account_shard
 from tests.harness import wait_until
-from tests.harness.store_tools import claim_jobs, enqueue_many
+from tests.harness.store_tools import claim_jobs, enqueue_many, place_accounts
 
 NO_LIMIT = AccountLimit().pack(0)
 TOKEN = "worker-w"
@@ -185,6 +189,7 @@ def test_a_rate_limited_account_costs_no_skip_per_token_beside_a_backlogged_one(
     assert Counter(order)["limited"] >= 6, order
     assert pops() - before == len(order)
 
+
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_real_workers_share_in_proportion_to_weights(fair, celery_worker_factory, redis_client,
@@ -205,5 +210,50 @@ def test_real_workers_share_in_proportion_to_weights(fair, celery_worker_factory
     figure(f"weights 1:2:4, {workers} worker(s) x 4 threads, 20 ms jobs, first 700 "
            "completions: " + ", ".join(f"{a} {shares[a]:.4f} (entitled {w / 7:.4f})"
                                        for a, w in weights.items()))
+    for account, weight in weights.items():
+        assert abs(shares[account] / (weight / 7) - 1) <= 0.05, shares
+
+
+SHARDS = 16
+
+
+@pytest.fixture
+def sharded_fair(fair, monkeypatch):
+    """The fair test app with a store of SHARDS shards (its workers get ``FQ_SHARDS``)."""
+    settings = dataclasses.replace(settings_for(fair.app), shards=SHARDS)
+    store = open_store(settings)
+    monkeypatch.setattr(fair.app, "_fairqueue_settings", settings, raising=False)
+    monkeypatch.setattr(fair.app, "_fairqueue_store", store, raising=False)
+    yield fair
+    store.client.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("together", [False, True], ids=["three-shards", "one-shard"])
+def test_real_workers_share_in_proportion_to_weights_across_shards(
+        sharded_fair, celery_worker_factory, redis_client, figure, together):
+    """The same 1:2:4 share with the store in 16 shards, two workers claiming from every
+    shard: with the three accounts on three shards (the workers' choice of a shard by its
+    runnable weight does the weighting) and on one shard (its rotation does). Across shards a
+    claim takes its batch (up to 4 jobs here, as slots free together) from one shard, so at
+    any cut each share may be a batch per worker off: 8 jobs of the 200 due to weight 2 in
+    700 completions, 4 %; hence 1,400."""
+    weights = dict(zip(place_accounts(["one", "two", "four"], SHARDS, together), (1, 2, 4),
+                       strict=True))
+    assert len({account_shard(a, SHARDS) for a in weights}) == (1 if together else 3)
+    for account, weight in weights.items():
+        set_account_limit(sharded_fair.app, account, weight=weight)
+    for n in range(900):
+        for account in weights:
+            sharded_fair.job.delay(account, n, 0.02)
+    for _ in range(2):
+        celery_worker_factory("tests.apps.fair", concurrency=4, env={"FQ_SHARDS": str(SHARDS)})
+    assert wait_until(lambda: redis_client.llen("runs") >= 1400, timeout=90)
+    first = [json.loads(r)["account"] for r in redis_client.lrange("runs", 0, 1399)]
+    shares = {a: Counter(first)[a] / 1400 for a in weights}
+    where = "one shard" if together else "three shards"
+    figure(f"weights 1:2:4 on {where} of {SHARDS}, 2 workers x 4 threads, 20 ms jobs, first "
+           "1,400 completions: " + ", ".join(f"{a} {shares[a]:.4f} (entitled {w / 7:.4f})"
+                                           for a, w in weights.items()))
     for account, weight in weights.items():
         assert abs(shares[account] / (weight / 7) - 1) <= 0.05, shares

@@ -6,7 +6,10 @@ of one store shares the hash tag ``{fairqueue}``, so the store lives in one slot
 Redis Cluster replicates asynchronously, so an enqueue acknowledged in the last moment before
 its primary dies may never reach the replica that takes over; ``fairqueue_wait_replicas=1``
 (WAIT after each enqueue) is what makes "nothing acknowledged is lost" a guarantee, and that is
-what the failover test asserts; without it the losses are measured and bounded.
+what the failover test asserts; without it the losses are measured and bounded. Each test runs
+again with the store in 16 shards (``fairqueue_shards``): the shards' tags spread them over the
+three primaries, so a failover or a slot's move takes some shards away, not all, and the
+workers are woken on each shard's channel (sharded pub/sub).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from celery_fairqueue import ConfigurationError, StoreUnavailableError
 from celery_fairqueue.settings import FairqueueSettings
 from celery_fairqueue.store import FairStore
 from celery_fairqueue.store.cluster import MIN_REDIS_PY, StoreClusterClient, parse_cluster_url
+from celery_fairqueue.store.core import open_store
 from celery_fairqueue.store.keys import Keys
+from celery_fairqueue.store.shards import account_shard
 from tests.harness import wait_until
 from tests.harness.producer import Producer
 from tests.harness.redis_cluster import ClusterGroup
@@ -39,6 +44,7 @@ pytestmark = pytest.mark.skipif(
 APP = "tests.apps.cluster"
 RATE = 25.0  # jobs a second
 ACCOUNTS = 4
+SHARDS = 16  # the sharded runs: about five shards a primary
 PASSWORD = "s3cret/with:odd@chars"
 
 
@@ -79,10 +85,12 @@ def cluster(tmp_path):
 
 @pytest.fixture
 def cluster_app(monkeypatch, redis_server):
-    """``cluster_app(url, wait_replicas)``: the test app module, imported for this store."""
-    def load(url: str, wait_replicas: int):
+    """``cluster_app(url, wait_replicas, shards=1)``: the test app module, imported for this
+    store."""
+    def load(url: str, wait_replicas: int, shards: int = 1):
         monkeypatch.setenv("FQ_CLUSTER_URL", url)
         monkeypatch.setenv("FQ_WAIT_REPLICAS", str(wait_replicas))
+        monkeypatch.setenv("FQ_SHARDS", str(shards))
         sys.modules.pop(APP, None)  # the settings are read at import
         return importlib.import_module(APP)
 
@@ -90,7 +98,8 @@ def cluster_app(monkeypatch, redis_server):
     sys.modules.pop(APP, None)
 
 
-def test_every_store_operation_runs_on_a_cluster(cluster):
+@pytest.mark.parametrize("shards", [1, SHARDS])
+def test_every_store_operation_runs_on_a_cluster(shards, cluster):
     """Beyond enqueue and claim: chunks of scripts, limits (a MULTI/EXEC), the operator's views
     (pipelines, HSCAN), dead letters, cancel, the event stream and the recorders' lock, TIME,
     PING and SCAN at the store's own primary, and the WAIT of fairqueue_wait_replicas."""
@@ -102,8 +111,9 @@ def test_every_store_operation_runs_on_a_cluster(cluster):
     from tests.harness.store_tools import ack_many, claim_jobs, enqueue_many
 
     app = Celery("t", broker="redis://127.0.0.1:1/0")
-    app.conf.update(fairqueue_redis_url=cluster.url, fairqueue_wait_replicas=1)
-    store = FairStore.from_settings(FairqueueSettings(redis_url=cluster.url, wait_replicas=1))
+    app.conf.update(fairqueue_redis_url=cluster.url, fairqueue_wait_replicas=1,
+                    fairqueue_shards=shards)
+    store = open_store(FairqueueSettings(redis_url=cluster.url, wait_replicas=1, shards=shards))
     app._fairqueue_store = store
     store.ping()
     assert abs(store.server_time() - time.time()) < 5
@@ -158,22 +168,25 @@ def migrate_slot(cluster: ClusterGroup, slot: int, source, target, ask_window: f
                 client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
 
 
-def drained(cluster: ClusterGroup, keys: Keys) -> bool:
+def drained(cluster: ClusterGroup, shards: int = 1) -> bool:
+    """No job left in any of the store's ``shards`` shards."""
     with cluster.client() as client:
-        return int(client.hlen(keys.records)) == 0
+        return all(int(client.hlen(Keys(shard=n).records)) == 0 for n in range(shards))
 
 
+@pytest.mark.parametrize("shards", [1, SHARDS])
 def test_jobs_run_while_the_store_slot_moves_to_another_primary(
-        figure, cluster, cluster_app, celery_worker_factory, ledger):
+        figure, shards, cluster, cluster_app, celery_worker_factory, ledger):
     """Real workers and a producer on a cluster store; mid-stream the store's slot moves to
     another primary. While its keys are split between the two, scripts get TRYAGAIN (their
     keys must be on one node) and single-key commands ASK; afterwards every client's slot map
     is stale and the old primary answers MOVED. All are followed: every acknowledged job runs
-    exactly once, and jobs keep coming after the move."""
-    app = cluster_app(cluster.url, 0)
-    env = {"FQ_CLUSTER_URL": cluster.url, "FQ_WAIT_REPLICAS": "0"}
+    exactly once, and jobs keep coming after the move. In 16 shards the slot that moves is
+    that of the shard of the producer's first account."""
+    app = cluster_app(cluster.url, 0, shards)
+    env = {"FQ_CLUSTER_URL": cluster.url, "FQ_WAIT_REPLICAS": "0", "FQ_SHARDS": str(shards)}
     workers = [celery_worker_factory(APP, env=env) for _ in range(2)]
-    keys = Keys()
+    keys = Keys(shard=account_shard("acct0", shards))
     slot = key_slot(keys.records.encode())
     source = cluster.owner(keys.records)
     target = next(s for s in cluster.primaries() if s is not source)
@@ -188,14 +201,14 @@ def test_jobs_run_while_the_store_slot_moves_to_another_primary(
     assert cluster.owner(keys.records) is target
     assert wait_until(lambda: producer.acked_after(moved) >= 2 * RATE, 20), producer.errors[-3:]
     producer.finish()
-    assert wait_until(lambda: drained(cluster, keys), 30), "jobs left in the store"
+    assert wait_until(lambda: drained(cluster, shards), 30), "jobs left in the store"
     time.sleep(0.5)  # a job acked in the store has written its side effect before
 
     replies = {code: n - before.get(code, 0) for code, n in errorstats(source).items()}
     counts = ledger.counts()
     lost = sorted(set(producer.acked) - set(counts))
     duplicates = {key: n for key, n in counts.items() if n > 1}
-    figure(f"cluster slot migration: {len(producer.acked)} enqueued, "
+    figure(f"cluster slot migration, {shards} shard(s): {len(producer.acked)} enqueued, "
            f"{sum(1 for k in producer.acked if k in counts)} run, {len(lost)} lost, "
            f"{len(duplicates)} run twice; the move took {moved - began:.1f} s; the old primary "
            f"answered MOVED {replies.get('MOVED', 0)}, ASK {replies.get('ASK', 0)}, TRYAGAIN "
@@ -207,17 +220,20 @@ def test_jobs_run_while_the_store_slot_moves_to_another_primary(
     assert replies.get("MOVED", 0) > 0, f"no client met the moved slot: {replies}"
 
 
-@pytest.mark.parametrize("wait_replicas", [0, 1], ids=["async", "wait1"])
+@pytest.mark.parametrize(("wait_replicas", "shards"), [(0, 1), (1, 1), (1, SHARDS)],
+                         ids=["async", "wait1", f"wait1-{SHARDS}shards"])
 def test_a_primary_failover_loses_no_acknowledged_job(
-        figure, wait_replicas, cluster, cluster_app, celery_worker_factory, ledger):
+        figure, wait_replicas, shards, cluster, cluster_app, celery_worker_factory, ledger):
     """SIGKILL the primary holding the store's slot under a steady stream of jobs; its replica
     takes over (``cluster-node-timeout`` 1.5 s) and the killed node, restarted, comes back as
     the new primary's replica. Producers and workers follow. With
     ``fairqueue_wait_replicas=1`` no acknowledged job is lost (an enqueue that no replica
     confirmed raised instead, and the producer made it again); without it, only jobs
-    acknowledged in the last moment before the kill may be."""
-    app = cluster_app(cluster.url, wait_replicas)
-    env = {"FQ_CLUSTER_URL": cluster.url, "FQ_WAIT_REPLICAS": str(wait_replicas)}
+    acknowledged in the last moment before the kill may be. In 16 shards, the killed primary
+    is the home shard's (the worker registry) and holds about a third of the shards."""
+    app = cluster_app(cluster.url, wait_replicas, shards)
+    env = {"FQ_CLUSTER_URL": cluster.url, "FQ_WAIT_REPLICAS": str(wait_replicas),
+           "FQ_SHARDS": str(shards)}
     workers = [celery_worker_factory(APP, env=env) for _ in range(2)]
     keys = Keys()
     primary = cluster.owner(keys.records)
@@ -243,7 +259,7 @@ def test_a_primary_failover_loses_no_acknowledged_job(
         f"{producer.errors[-3:]}\n{cluster.log_tail()}")
     producer.finish()
     first_after = min(at for at in producer.acked.values() if at > killed)
-    assert wait_until(lambda: drained(cluster, keys), 30), (
+    assert wait_until(lambda: drained(cluster, shards), 30), (
         "jobs left in the store\n" + "\n".join(w.log_tail(15) for w in workers))
     time.sleep(0.5)  # a job acked in the store has written its side effect before
 
@@ -251,8 +267,9 @@ def test_a_primary_failover_loses_no_acknowledged_job(
     acked = producer.acked
     lost = {key: at for key, at in acked.items() if key not in counts}
     duplicates = {key: n for key, n in counts.items() if n > 1}
-    figure(f"cluster failover: {len(acked)} enqueued, {sum(1 for k in acked if k in counts)} "
-           f"run, {len(lost)} lost, failover took {first_after - killed_at:.1f} s (replica "
+    figure(f"cluster failover, {shards} shard(s): {len(acked)} enqueued, "
+           f"{sum(1 for k in acked if k in counts)} run, {len(lost)} lost, enqueues acknowledged "
+           f"again {first_after - killed_at:.1f} s after the kill (replica "
            f"promoted after {switched - killed_at:.1f} s); fairqueue_wait_replicas="
            f"{wait_replicas}, .delay() median {statistics.median(producer.latencies) * 1000:.1f}"
            f" ms, {len(producer.errors)} enqueues retried, {len(duplicates)} run twice")
@@ -270,10 +287,12 @@ def test_a_primary_failover_loses_no_acknowledged_job(
         assert not lost, f"acknowledged jobs lost although a replica confirmed each: {lost}"
     assert producer.acked_after(killed) >= 3 * RATE  # jobs kept coming and running
     with cluster.client() as client:
-        assert int(client.hget(keys.stats, "acked") or 0) > 0
+        assert sum(int(client.hget(Keys(shard=n).stats, "acked") or 0)
+                   for n in range(shards)) > 0
 
 
-def test_the_console_operations_run_on_a_cluster(cluster):
+@pytest.mark.parametrize("shards", [1, SHARDS])
+def test_the_console_operations_run_on_a_cluster(shards, cluster):
     """Pause and resume, run now, the worker registry and its heartbeat, and every console view
     (pipelines at the store's slot, the store's clock from its own primary)."""
     from celery import Celery
@@ -283,8 +302,8 @@ def test_the_console_operations_run_on_a_cluster(cluster):
     from tests.harness.store_tools import claim_jobs
 
     app = Celery("t", broker="redis://127.0.0.1:1/0")
-    app.conf.update(fairqueue_redis_url=cluster.url)
-    store = FairStore.from_settings(FairqueueSettings(redis_url=cluster.url))
+    app.conf.update(fairqueue_redis_url=cluster.url, fairqueue_shards=shards)
+    store = open_store(FairqueueSettings(redis_url=cluster.url, shards=shards))
     app._fairqueue_store = store
     inspector = StoreInspector(app)
     no_limit = AccountLimit().pack(0)
@@ -313,13 +332,17 @@ def test_the_console_operations_run_on_a_cluster(cluster):
     store.client.close()
 
 
-def test_an_idle_worker_on_a_cluster_store_is_woken_not_polled(cluster, cluster_app,
+@pytest.mark.parametrize("shards", [1, SHARDS])
+def test_an_idle_worker_on_a_cluster_store_is_woken_not_polled(shards, cluster, cluster_app,
                                                                  celery_worker_factory, ledger):
-    """The scripts PUBLISH on the queue's wake channel at the store's node; a cluster
-    propagates it to every node, so the worker's subscription, wherever it landed, hears it."""
-    app = cluster_app(cluster.url, 0)
+    """The scripts SPUBLISH on the queue's wake channel of their shard, at the shard's node;
+    the worker's sharded subscription (SSUBSCRIBE, a connection to each node that holds one of
+    its channels) hears it, on whichever primary the account's shard lives."""
+    app = cluster_app(cluster.url, 0, shards)
     celery_worker_factory(APP, env={"FQ_CLUSTER_URL": cluster.url, "FQ_WAIT_REPLICAS": "0",
-                                    "FQ_POLL_INTERVAL": "60"})
+                                    "FQ_POLL_INTERVAL": "60", "FQ_SHARDS": str(shards)})
     time.sleep(1)  # its first claims found nothing: it waits
-    app.job.delay("acme", 1)
-    assert wait_until(lambda: ledger.counts() == {"acme:1": 1}, 15)
+    accounts = ["acme", "umbrella", "vandelay"]  # in 16 shards: one on each primary
+    for account in accounts:
+        app.job.delay(account, 1)
+    assert wait_until(lambda: ledger.counts() == {f"{a}:1": 1 for a in accounts}, 15)
