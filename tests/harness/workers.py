@@ -128,6 +128,17 @@ class WorkerProcess:
                 self.process.wait(timeout)
         self.kill()
 
+    def refused_start(self) -> str:
+        """Start a worker that must refuse to (a store it cannot serve): assert that it exits
+        with code 1 before it is ready; return its log."""
+        try:
+            with contextlib.suppress(RuntimeError):  # "exited" before it was ready
+                self.start()
+            assert self.process is not None and self.process.wait(10) == 1
+        finally:
+            self.kill()
+        return self.log_path.read_text()
+
     def kill(self, timeout: float = 10.0) -> None:
         """SIGKILL the whole process group (main process and pool children) and wait for it."""
         if self.process is None:

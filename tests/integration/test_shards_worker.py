@@ -54,13 +54,7 @@ def test_a_worker_of_another_number_of_shards_refuses_to_start(
     sharded_fair.job.delay(account_on(2), 1)  # the store is now laid out in four shards
     worker = WorkerProcess(APP, redis_url=redis_url, cwd=request.config.rootpath,
                            log_path=tmp_path / "worker.log", env={"FQ_SHARDS": "1"})
-    try:
-        with pytest.raises(RuntimeError, match="exited"):
-            worker.start()
-        assert worker.process is not None and worker.process.wait(10) == 1
-    finally:
-        worker.kill()
-    log = worker.log_path.read_text()
+    log = worker.refused_start()
     assert "ShardCountError" in log and "laid out in 4 shard" in log
     assert "fairqueue reshard --to 1" in log
     assert redis_client.get("{fairqueue}:shards") == "4"

@@ -219,13 +219,7 @@ def test_a_worker_refuses_to_start_while_the_store_holds_jobs_of_the_previous_la
     old_job(redis_client)
     old_job(redis_client, job_id="t-2:0")
     worker = worker_of("tests.apps.fair", request, tmp_path, redis_url)
-    try:
-        with pytest.raises(RuntimeError, match="exited"):
-            worker.start()
-        assert worker.process is not None and worker.process.wait(10) == 1
-    finally:
-        worker.kill()
-    log = worker.log_path.read_text()
+    log = worker.refused_start()
     assert "StoreLayoutError" in log and "2 jobs in the layout of the previous" in log
     assert "celery -A proj fairqueue status" in log and "Upgrading the store layout" in log
     assert redis_client.hlen(f"{TAG}:meta") == 2  # left for the previous version's workers
