@@ -51,31 +51,32 @@ end
 -- a bucket, a pause) moves there at once, marked moved (its other done markers and dead letters
 -- follow with the reshard); one that does is frozen here (freeze_account), and moved with this
 -- job by the reshard.
--- Whether the account holds anything here that this job depends on (see above).
-local function holds_here(tag)
-  if redis.call('HEXISTS', K_RECORDS, job_id) == 1 or
-      (job_key ~= '-' and redis.call('EXISTS', key_of(job_key)) == 1) or
-      redis.call('HEXISTS', K_LIMITS, account) == 1 or
-      redis.call('HEXISTS', tag .. 'buckets', account) == 1 then
-    return true
-  end
-  if redis.call('HLEN', tag .. 'pauses') > 0 and
-      (redis.call('HEXISTS', tag .. 'pauses', 'a:' .. account .. ':*') == 1 or
-       redis.call('HEXISTS', tag .. 'pauses', 'a:' .. account .. ':' .. queue) == 1) then
-    return true
-  end
-  local low, high = member_range(account)
-  for _, name in ipairs(redis.call('SMEMBERS', K_QUEUES)) do
-    local other = queue_named(name)
-    if redis.call('ZLEXCOUNT', other.ready, low, high) > 0 or
-        redis.call('HEXISTS', other.ndelayed, account) == 1 or
-        redis.call('HEXISTS', other.running, account) == 1 then
+if SHARDED then
+  -- Whether the account holds anything here that this job depends on (see above): defined
+  -- here, as a store of one shard need not make it on every call.
+  local function holds_here(tag)
+    if redis.call('HEXISTS', K_RECORDS, job_id) == 1 or
+        (job_key ~= '-' and redis.call('EXISTS', key_of(job_key)) == 1) or
+        redis.call('HEXISTS', K_LIMITS, account) == 1 or
+        redis.call('HEXISTS', tag .. 'buckets', account) == 1 then
       return true
     end
+    if redis.call('HLEN', tag .. 'pauses') > 0 and
+        (redis.call('HEXISTS', tag .. 'pauses', 'a:' .. account .. ':*') == 1 or
+         redis.call('HEXISTS', tag .. 'pauses', 'a:' .. account .. ':' .. queue) == 1) then
+      return true
+    end
+    local low, high = member_range(account)
+    for _, name in ipairs(redis.call('SMEMBERS', K_QUEUES)) do
+      local other = queue_named(name)
+      if redis.call('ZLEXCOUNT', other.ready, low, high) > 0 or
+          redis.call('HEXISTS', other.ndelayed, account) == 1 or
+          redis.call('HEXISTS', other.running, account) == 1 then
+        return true
+      end
+    end
+    return false
   end
-  return false
-end
-if SHARDED then
   local tag = string.sub(K_RECORDS, 1, -8)
   local moved = redis.call('HGET', tag .. 'moved', account)
   local target = ARGV[16] or ''
