@@ -32,6 +32,7 @@ from .fleet import Beat, WorkerRegistration
 from .jobs import AccountMoved, Claim, EnqueueResult
 from .keys import Keys, encode_id
 from .leases import Lease
+from .merged import summed
 from .operator import MAX_DELIVERY_LOOKUP, OperatorPause
 from .records import JobRecord
 from .shards import account_shard
@@ -42,13 +43,11 @@ class ShardedStore(FairStore):
 
     def __init__(self, client: AnyClient, keys: Keys, settings: FairqueueSettings) -> None:
         super().__init__(client, keys, settings)
-        count = settings.shards
-        self.shards = [FairStore(client, Keys(keys.prefix, n), settings, home=self)
-                       for n in range(count)]
-        self._by_tag = {shard.keys.tag: n for n, shard in enumerate(self.shards)}
-        self._chooser = ShardChooser(count, settings.poll_interval)
+        self.shards: list[FairStore] = []
+        self._grow(settings.shards)
         self._job_shard: dict[str, int] = {}  # leased job id -> its shard (see beat)
-        self._route = count  # the S accounts are placed by (reshard: the old S while moving)
+        # the S accounts are placed by (reshard: the old S while moving)
+        self._route = settings.shards
 
     # -- reshard (store/reshard.py): follow a move from S to N shards ----------------------
 
@@ -61,7 +60,8 @@ class ShardedStore(FairStore):
         self._grow(max(move) if move else len(self.shards))
 
     def _grow(self, count: int) -> None:
-        """Have ``count`` shards at least (a move to more shards)."""
+        """Have ``count`` shards at least (the store's, or a move to more shards), each asked
+        first by the chooser."""
         if count > len(self.shards):
             self.shards += [FairStore(self.client, Keys(self.keys.prefix, n), self.settings,
                                       home=self) for n in range(len(self.shards), count)]
@@ -303,11 +303,7 @@ class ShardedStore(FairStore):
         return sorted({q for shard in self.shards for q in FairStore.known_queues(shard)})
 
     def counts(self, queue: str) -> dict[str, int]:
-        total: dict[str, int] = {}
-        for shard in self.shards:
-            for name, count in FairStore.counts(shard, queue).items():
-                total[name] = total.get(name, 0) + count
-        return total
+        return summed(FairStore.counts(shard, queue) for shard in self.shards)
 
     def records(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
         found: list[JobRecord | None] = [None] * len(job_ids)
@@ -320,11 +316,7 @@ class ShardedStore(FairStore):
         return [pair for shard in self.shards for pair in FairStore.leased(shard)]
 
     def stats(self) -> dict[str, int]:
-        total: dict[str, int] = {}
-        for shard in self.shards:
-            for name, count in FairStore.stats(shard).items():
-                total[name] = total.get(name, 0) + count
-        return total
+        return summed(FairStore.stats(shard) for shard in self.shards)
 
     def clear(self) -> int:
         return sum(FairStore.clear(shard) for shard in self.shards)

@@ -342,16 +342,17 @@ class FairDispatcher:
         acks = self._take_acks()
         if not acks:
             return
+        failure: FairqueueError | None
         try:
             claim = self.store.claim([], 0, self.token, "", acks=acks)
         except FairqueueError as exc:
+            unsettled, failure, lost = acks, exc, []
+        else:
+            unsettled, failure, lost = claim.unsettled, claim.failure, claim.lost
+        if unsettled:
             logger.warning("fairqueue: could not ack %d jobs (their leases return them): %s",
-                           len(acks), exc)
-            return
-        if claim.unsettled:
-            logger.warning("fairqueue: could not ack %d jobs (their leases return them): %s",
-                           len(claim.unsettled), claim.failure)
-        for job_id in claim.lost:
+                           len(unsettled), failure)
+        for job_id in lost:
             lost_before_settled(job_id)
 
     # -- maintenance thread --------------------------------------------------------------------
