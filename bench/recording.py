@@ -1,7 +1,10 @@
-"""Recording cost: the same fair workload with job state recorded into PostgreSQL, and without.
+"""Recording: its cost to the workers, and its pace against theirs.
 
     .venv/bin/python -m bench.recording [--jobs 3000] [--accounts 20] [--rounds 5]
+    .venv/bin/python -m bench.recording --backlog [--jobs 20000] [--accounts 200]
+        [--shards 1] [--recorders 1] [--rounds 3]
 
+**Cost** (the default):
 One redis-server and one throwaway PostgreSQL cluster; one worker (prefork, 2 processes) runs a
 backlog of short fair jobs spread over the accounts, enqueued first. With recording on, a
 recorder (as ``manage.py fairqueue_recorder`` runs it, here in a thread of this process) reads
@@ -10,12 +13,22 @@ off and on back to back in alternating order, and the verdict is the median of t
 ratios (acceptance: >= 0.8): a 2-core machine shared with other work drifts more from one
 minute to the next than within a pair. Also prints how long after the last job its row was
 written.
+
+**Backlog** (``--backlog``): the events pile up in the stream while 2 workers x 8 threads run
+``--jobs`` keyed jobs, then ``--recorders`` recorder processes (as ``manage.py
+fairqueue_recorder`` runs them) record them alone. Prints jobs/s recorded beside jobs/s run by
+the store and workers in the same round, and the CPU per job of the recorders and of
+PostgreSQL (every process of its cluster, from /proc) while they record.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -24,10 +37,24 @@ from pathlib import Path
 import django
 from django.conf import settings
 
-from bench._common import ratio, redis_server, workers
+from bench._common import ROOT, SHARDS_ENV, ratio, redis_server, workers
 from tests.harness import PostgresServer, find_postgres_bindir
 
 FLAGS = {"pool": "prefork", "concurrency": 2}
+
+
+BACKLOG_WORKERS = {"pool": "threads", "concurrency": 8}
+DB_PORT_ENV = "FQ_BENCH_DB_PORT"
+
+
+def configure_django(port: int | str, name: str) -> None:
+    """Django with only the fair-queue app, on database ``name`` of the cluster at ``port``."""
+    database = {"ENGINE": "django.db.backends.postgresql", "NAME": name, "USER": "postgres",
+                "HOST": "127.0.0.1", "PORT": port}
+    settings.configure(DATABASES={"default": database}, USE_TZ=True,
+                       INSTALLED_APPS=["celery_fairqueue.contrib.django"],
+                       CELERY_FAIRQUEUE_APP="bench.app.app")
+    django.setup()
 
 
 def setup_django(postgres: PostgresServer, name: str) -> None:
@@ -35,12 +62,7 @@ def setup_django(postgres: PostgresServer, name: str) -> None:
     from django.core.management import call_command
 
     postgres.create_database(name)
-    database = {"ENGINE": "django.db.backends.postgresql", "NAME": name, "USER": "postgres",
-                "HOST": "127.0.0.1", "PORT": postgres.port}
-    settings.configure(DATABASES={"default": database}, USE_TZ=True,
-                       INSTALLED_APPS=["celery_fairqueue.contrib.django"],
-                       CELERY_FAIRQUEUE_APP="bench.app.app")
-    django.setup()
+    configure_django(postgres.port, name)
     call_command("migrate", verbosity=0)
 
 
@@ -85,12 +107,145 @@ def phase(server, jobs: int, accounts: int, record: bool) -> tuple[float, float 
             thread.join(10)
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU of ``pids`` so far (those that are gone count nothing)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def cluster_pids(postmaster: int) -> list[int]:
+    """The postmaster and its children (backends, writers, autovacuum)."""
+    pids = [postmaster]
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == postmaster:
+                pids.append(int(entry.name))
+    return pids
+
+
+def recorder_child(name: str) -> None:
+    """A recorder process for the backlog mode: ready, then records from "go" to SIGTERM."""
+    configure_django(os.environ[DB_PORT_ENV], "fqbench")
+    from bench import app
+    from celery_fairqueue.contrib.django.recorder import Recorder
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    recorder = Recorder(app.app, name, lock_seconds=5.0)
+    recorder.reader.ensure_group()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    recorder.run_forever(stop)
+
+
+def backlog_round(server, postgres: PostgresServer, options: argparse.Namespace
+                  ) -> tuple[float, float, float, float]:
+    """(jobs/s run, jobs/s recorded, recorder CPU and PostgreSQL CPU per job in µs)."""
+    from bench import app
+    from celery_fairqueue.contrib.django.models import Attempt, Job
+    from celery_fairqueue.store import EventReader, store_for
+
+    client = server.client()
+    client.flushall()
+    Attempt.objects.all().delete()
+    Job.objects.all().delete()
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")
+    store = store_for(app.app)
+    reader = EventReader(store, "bench")
+    reader.ensure_group()
+    store._recording_checked = float("-inf")  # skip the 5 s "nobody records"
+    for n in range(options.jobs):
+        app.fair_keyed_noop.delay(f"acct{n % options.accounts}", n)
+    with workers(server, 2, **BACKLOG_WORKERS):
+        deadline = time.monotonic() + 600
+        while int(client.get("done") or 0) < options.jobs:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {client.get('done')} of {options.jobs} done")
+            time.sleep(0.05)
+    run = options.jobs / (float(client.get("last")) - float(client.get("first")))
+    env = {**os.environ, DB_PORT_ENV: str(postgres.port), "PYTHONPATH": str(ROOT)}
+    children = [subprocess.Popen([sys.executable, "-m", "bench.recording", "--child",
+                                  f"recorder{n}"], cwd=ROOT, env=env, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+                for n in range(options.recorders)]
+    try:
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        database = cluster_pids(postgres.process.pid)  # type: ignore[union-attr]
+        pids = [child.pid for child in children]
+        cpu_before, db_before = cpu_seconds(pids), cpu_seconds(database)
+        started = time.monotonic()
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        while reader.backlog():
+            if time.monotonic() - started > 600:
+                raise TimeoutError(f"{reader.backlog()} events left unrecorded")
+            time.sleep(0.01)
+        seconds = time.monotonic() - started
+        database = cluster_pids(postgres.process.pid)  # type: ignore[union-attr]
+        cpu = cpu_seconds(pids) - cpu_before
+        db = cpu_seconds(database) - db_before
+    finally:
+        for child in children:
+            child.send_signal(signal.SIGTERM)
+        for child in children:
+            child.wait(30)
+    recorded = Job.objects.filter(status=Job.Status.SUCCEEDED).count()
+    if recorded != options.jobs:
+        raise SystemExit(f"{recorded} of {options.jobs} jobs recorded as succeeded")
+    per_job = 1e6 / options.jobs
+    return run, options.jobs / seconds, cpu * per_job, db * per_job
+
+
+def backlog(server, postgres: PostgresServer, options: argparse.Namespace) -> None:
+    """The backlog mode's rounds and verdict (acceptance: best recorded/run >= 1.5)."""
+    rounds = [backlog_round(server, postgres, options) for _ in range(options.rounds)]
+    print(f"\nrecording a backlog, {options.jobs} keyed no-op jobs over {options.accounts} "
+          f"accounts, S={options.shards}, {options.recorders} recorder(s), 2 workers x 8 "
+          f"threads, {options.rounds} rounds")
+    for run, recorded, cpu, db in rounds:
+        print(f"    run {run:6.0f} jobs/s   recorded {recorded:6.0f} jobs/s   "
+              f"ratio {recorded / run:.2f}   recorder CPU {cpu:4.0f} us/job   "
+              f"PostgreSQL CPU {db:4.0f} us/job")
+    best = max(recorded / run for run, recorded, _, _ in rounds)
+    print(f"    best ratio {best:.2f} (acceptance: >= 1.5); least recorder CPU "
+          f"{min(r[2] for r in rounds):.0f} us/job (<= 80), least PostgreSQL CPU "
+          f"{min(r[3] for r in rounds):.0f} us/job (<= 100)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=3000)
-    parser.add_argument("--accounts", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=5, help="pairs of runs, off and on")
+    parser.add_argument("--jobs", type=int, default=None)
+    parser.add_argument("--accounts", type=int, default=None)
+    parser.add_argument("--rounds", type=int, default=None, help="pairs of runs, off and on")
+    parser.add_argument("--backlog", action="store_true", help="the recorder against a backlog")
+    parser.add_argument("--shards", type=int, default=1, help="the store's shards (backlog)")
+    parser.add_argument("--recorders", type=int, default=1, help="recorder processes (backlog)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     options = parser.parse_args()
+    if options.child:
+        recorder_child(options.child)
+        return
+    defaults = (20000, 200, 3) if options.backlog else (3000, 20, 5)
+    for name, value in zip(("jobs", "accounts", "rounds"), defaults, strict=True):
+        if getattr(options, name) is None:
+            setattr(options, name, value)
+    os.environ[SHARDS_ENV] = str(options.shards)  # read by bench.app, here and in children
     bindir = find_postgres_bindir()
     if bindir is None:
         raise SystemExit("PostgreSQL server binaries not found; run `make services`")
@@ -99,6 +254,9 @@ def main() -> None:
     try:
         setup_django(postgres, "fqbench")
         with redis_server() as server:
+            if options.backlog:
+                backlog(server, postgres, options)
+                return
             off, on, lags = [], [], []
             for n in range(options.rounds):
                 # a pair per round, in alternating order: drift and a busy neighbour hit both
