@@ -11,6 +11,7 @@ import contextvars
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -226,41 +227,41 @@ class Event:
     def _text(self, name: str) -> str:
         return self.fields.get(EVENT_FIELDS[name]) or ""
 
-    @property
+    @cached_property
     def job_id(self) -> str | None:
         return self._text("job") or None
 
-    @property
+    @cached_property
     def task_id(self) -> str | None:
         return task_id_of(self.job_id) if self.job_id else None
 
-    @property
+    @cached_property
     def retries(self) -> int:
         """0 for the first delivery of a job, 1 for its first retry, ..."""
         return parse_delivery_id(self.job_id)[1] if self.job_id else 0
 
-    @property
+    @cached_property
     def attempt(self) -> int:
         """1 for the first delivery of a job, 2 for its first retry, ..."""
         return self.retries + 1 if self.job_id else 0
 
-    @property
+    @cached_property
     def at(self) -> float:
         return _number(self._text("at")) or 0.0
 
-    @property
+    @cached_property
     def due(self) -> float | None:
         return _number(self._text("due"))
 
-    @property
+    @cached_property
     def queue(self) -> str | None:
         return decode_id(self._text("queue")) or None
 
-    @property
+    @cached_property
     def account(self) -> str | None:
         return decode_id(self._text("account")) or None
 
-    @property
+    @cached_property
     def job_key(self) -> str | None:
         key = self._text("job_key")
         return decode_id(key) if key and key != NO_JOB_KEY else None

@@ -38,6 +38,8 @@ class EventReader:
         self.streams = [shard.keys.events for shard in store.shards]
         self.group = group
         self.consumer = consumer
+        self._pending_after: dict[str, str] = {}  # stream -> the last pending entry read
+        self.rewind()
 
     @property
     def stream(self) -> str:
@@ -56,38 +58,54 @@ class EventReader:
         self.store.forget_recording()
 
     def read(self, count: int = 500, block_ms: int = 1000) -> list[Event]:
-        """Events not yet acknowledged: first this consumer's pending ones, then new ones,
-        waiting up to ``block_ms`` for some. Of several streams, up to ``count`` of each,
-        each stream's in its order: all are asked at once without waiting, then, while none
-        has any, one after the other for a share of ``block_ms``."""
-        if len(self.streams) == 1:
-            return (self._read(self.stream, "0", count, None)
-                    or self._read(self.stream, ">", count, block_ms))
-        for start in ("0", ">"):
+        """Events not yet acknowledged: first this consumer's pending ones after those read
+        before (all of them again after :meth:`rewind`), then new ones, waiting up to
+        ``block_ms`` for some. Of several streams, up to ``count`` of each, each stream's in
+        its order: all are asked at once without waiting, then, while none has any, one after
+        the other for a share of ``block_ms``. Reading on before acknowledging is safe: the
+        next read starts after the last one."""
+        pending = [stream for stream in self.streams if stream in self._pending_after]
+        if pending:
             pipe = self.client.pipeline(transaction=False)
-            for stream in self.streams:
-                pipe.xreadgroup(self.group, self.consumer, {stream: start}, count=count)
-            events = [event for stream, reply in zip(self.streams, pipe.execute(), strict=True)
-                      for event in self._events(stream, reply)]
+            for stream in pending:
+                pipe.xreadgroup(self.group, self.consumer,
+                                {stream: self._pending_after[stream]}, count=count)
+            events = self._collect(pending, pipe.execute())
+            if events:
+                return events
+        caught_up = [stream for stream in self.streams if stream not in self._pending_after]
+        if len(caught_up) > 1:
+            pipe = self.client.pipeline(transaction=False)
+            for stream in caught_up:
+                pipe.xreadgroup(self.group, self.consumer, {stream: ">"}, count=count)
+            events = self._collect(caught_up, pipe.execute())
             if events:
                 return events
         share = max(block_ms // len(self.streams), 1)
-        for stream in self.streams:
-            events = self._read(stream, ">", count, share)
+        for stream in caught_up:
+            reply: Any = self.client.xreadgroup(self.group, self.consumer, {stream: ">"},
+                                                count=count, block=share)
+            events = self._collect([stream], [reply])
             if events:
                 return events
         return []
 
-    def _read(self, stream: str, start: str, count: int, block_ms: int | None) -> list[Event]:
-        reply: Any = self.client.xreadgroup(self.group, self.consumer, {stream: start},
-                                            count=count, block=block_ms)
-        return self._events(stream, reply)
+    def rewind(self) -> None:
+        """Read this consumer's pending entries from the first again (after a failed write)."""
+        self._pending_after = dict.fromkeys(self.streams, "0")
 
-    @staticmethod
-    def _events(stream: str, reply: Any) -> list[Event]:
-        entries = reply[0][1] if reply else []
-        return [Event.from_entry(entry_id, fields, stream) for entry_id, fields in entries
-                if fields]
+    def _collect(self, streams: list[str], replies: list[Any]) -> list[Event]:
+        events: list[Event] = []
+        for stream, reply in zip(streams, replies, strict=True):
+            entries = reply[0][1] if reply else []
+            if stream in self._pending_after:
+                if entries:
+                    self._pending_after[stream] = entries[-1][0]
+                else:  # caught up with its pending entries: new ones from now on
+                    del self._pending_after[stream]
+            events += [Event.from_entry(entry_id, fields, stream)
+                       for entry_id, fields in entries if fields]
+        return events
 
     def ack(self, events: list[Event]) -> None:
         """The events are in the database: drop them from their streams."""
@@ -111,6 +129,7 @@ class EventReader:
                 start = reply[0]
                 if start == "0-0":
                     break
+        self.rewind()
 
     def backlog(self) -> int:
         """Events written and not yet recorded, on every shard."""

@@ -16,6 +16,7 @@ from celery_fairqueue.contrib.django.fold import (
     rows_needed,
 )
 from celery_fairqueue.contrib.django.models import Attempt, Job
+from celery_fairqueue.contrib.django.rows import AttemptRow, JobRow
 from celery_fairqueue.protocol import EVENT_FIELDS, Event, EventType, encode_id
 
 Status = Job.Status
@@ -50,7 +51,7 @@ def fold(*events: Event, fold: Fold | None = None) -> Fold:
     return fold
 
 
-def only_job(folded: Fold) -> Job:
+def only_job(folded: Fold) -> JobRow:
     [job] = folded.dirty.values()
     return job
 
@@ -184,23 +185,24 @@ def test_late_news_of_an_earlier_delivery_does_not_move_the_job_back():
 
 
 def test_a_stored_job_is_moved_on_and_its_open_attempt_closed():
-    stored = Job(pk=7, job_key="k1", task_id="t1", delivery_id="t1:0", task="proj.send",
-                 queue="default", account="acme", status=Status.RUNNING, attempts=1)
-    running = Attempt(pk=70, job=stored, number=1, delivery_id="t1:0", worker="w",
-                      started_at=at(T0), outcome=Outcome.RUNNING)
+    stored = JobRow(job_key="k1", task_id="t1", delivery_id="t1:0", task="proj.send",
+                    queue="default", account="acme", status=Status.RUNNING, attempts=1)
+    running = AttemptRow(delivery_id="t1:0", number=1, worker="w", started_at=at(T0),
+                         outcome=Outcome.RUNNING, stored=True)
     folded = Fold()
     folded.know([stored], [running])
     fold(event(EventType.SUCCEEDED, 5, job="t1:0"), fold=folded)
     assert only_job(folded) is stored and stored.status == Status.SUCCEEDED
-    assert folded.closed_attempts == {70: running} and running.outcome == Outcome.SUCCEEDED
+    assert list(folded.closed_attempts.values()) == [running]
+    assert running.outcome == Outcome.SUCCEEDED
     assert not folded.new_attempts
 
 
 def test_a_batch_folded_twice_adds_no_second_attempt():
-    stored = Job(pk=7, job_key="k1", task_id="t1", delivery_id="t1:0", task="proj.send",
-                 queue="default", account="acme", status=Status.RUNNING, attempts=1)
-    running = Attempt(pk=70, job=stored, number=1, delivery_id="t1:0", worker="w",
-                      started_at=at(T0 + 1), outcome=Outcome.RUNNING)
+    stored = JobRow(job_key="k1", task_id="t1", delivery_id="t1:0", task="proj.send",
+                    queue="default", account="acme", status=Status.RUNNING, attempts=1)
+    running = AttemptRow(delivery_id="t1:0", number=1, worker="w", started_at=at(T0 + 1),
+                         outcome=Outcome.RUNNING, stored=True)
     folded = Fold()
     folded.know([stored], [running])
     fold(event(EventType.RUNNING, 1, job="t1:0", worker="w"), fold=folded)
@@ -208,10 +210,10 @@ def test_a_batch_folded_twice_adds_no_second_attempt():
 
 
 def test_an_enqueue_under_a_stored_key_with_a_new_task_is_the_job_afresh():
-    stored = Job(pk=7, job_key="k1", task_id="old", delivery_id="old:3", task="proj.send",
-                 queue="default", account="acme", status=Status.DEAD, attempts=4,
-                 last_error="boom", dead_reason="gave up", external_id="x", worker="w",
-                 finished_at=at(T0 - 10))
+    stored = JobRow(job_key="k1", task_id="old", delivery_id="old:3", task="proj.send",
+                    queue="default", account="acme", status=Status.DEAD, attempts=4,
+                    last_error="boom", dead_reason="gave up", external_id="x", worker="w",
+                    finished_at=at(T0 - 10))
     folded = Fold()
     folded.know([stored])
     job = only_job(fold(enqueued("new", 1), fold=folded))

@@ -18,11 +18,6 @@ Everything else is itself, so the ids of nearly every deployment read as they ar
 from __future__ import annotations
 
 import re
-from typing import Any
-
-from django.db.models import CharField, TextField
-
-from .models import Attempt, Job
 
 MARK = "\ufffd"
 NUL_SIGN = "\u2400"
@@ -74,31 +69,3 @@ def to_text_column(value: str) -> str:
     if not value.isascii():
         value = value.encode("utf-8", "backslashreplace").decode()
     return value.replace("\x00", "")
-
-
-def _text_fields(model: type[Job] | type[Attempt]) -> list[tuple[str, int | None]]:
-    return [(f.attname, f.max_length) for f in model._meta.concrete_fields
-            if isinstance(f, CharField | TextField)]
-
-
-TEXT_FIELDS = {Job: _text_fields(Job), Attempt: _text_fields(Attempt)}
-
-
-def fit(row: Job | Attempt) -> Any:
-    """Make a row's strings storable: ids in their lossless form, error texts readable, both
-    cut to their column (only an id the store would refuse, or a long error, is cut)."""
-    for name, max_length in TEXT_FIELDS[type(row)]:
-        value = getattr(row, name)
-        value = to_column(value) if name in ID_FIELDS else to_text_column(value)
-        if max_length and len(value) > max_length:
-            value = value[:max_length]
-        setattr(row, name, value)
-    return row
-
-
-def from_columns(row: Job | Attempt) -> Any:
-    """A loaded row with its ids as the store and its events spell them."""
-    for name, _ in TEXT_FIELDS[type(row)]:
-        if name in ID_FIELDS:
-            setattr(row, name, from_column(getattr(row, name)))
-    return row

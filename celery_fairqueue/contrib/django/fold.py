@@ -1,10 +1,12 @@
 """The recorder's fold: how a batch of events changes the Job and Attempt rows it touches.
 
-Pure logic: the fold is handed the rows the writer loaded (:meth:`Fold.know`), applies the
-events in stream order to them in memory, and leaves what to write in ``dirty``,
-``new_attempts``, ``closed_attempts`` and ``account_updates``; writer.py reads and writes the
-database, recorder.py runs both in one transaction. Each event type has one handler, in
-:data:`HANDLERS`, keyed by ``EventType``.
+Pure logic on plain rows (rows.py): the fold is handed the rows the writer loaded
+(:meth:`Fold.know`) and those of the batch before (:meth:`Fold.carry`, whose write may still be
+under way), applies the events in stream order to them in memory, and leaves what to write in
+``dirty`` (one row per job, however many of its events the batch holds), ``new_attempts``,
+``closed_attempts`` and ``account_updates``; writer.py reads and writes the database,
+recorder.py runs both. Each event type has one handler, in :data:`HANDLERS`, keyed by
+``EventType``.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from functools import lru_cache
 
 from ...protocol import Event, EventType, parse_delivery_id, task_id_of
 from ...search import arguments_text
 from .models import Attempt, Job
+from .rows import AttemptRow, JobRow
 
 logger = logging.getLogger("celery_fairqueue.contrib.django.recorder")
 
@@ -40,6 +44,7 @@ def _time(seconds: float | None) -> datetime | None:
         return datetime.max.replace(tzinfo=UTC) if seconds > 0 else None
 
 
+@lru_cache(maxsize=65536)
 def _retries(job_id: str) -> int:
     """The retry count in a delivery id ``<task id>:<retries>`` (-1 when there is none)."""
     task_id, retries = parse_delivery_id(job_id)
@@ -72,15 +77,32 @@ class Fold:
 
     def __init__(self, paused: dict[tuple[str, str], datetime] | None = None) -> None:
         self.paused = {} if paused is None else paused  # (queue, account) -> pause ends
-        self.by_key: dict[str, Job] = {}
-        self.by_task: dict[str, Job] = {}
-        self.attempts: dict[str, list[Attempt]] = {}  # delivery id -> its attempts, oldest first
-        self.dirty: dict[str, Job] = {}
-        self.new_attempts: list[Attempt] = []
-        self.closed_attempts: dict[int, Attempt] = {}
+        self.by_key: dict[str, JobRow] = {}
+        self.by_task: dict[str, JobRow] = {}
+        self.attempts: dict[str, list[AttemptRow]] = {}  # delivery id -> attempts, oldest first
+        self.dirty: dict[str, JobRow] = {}
+        self.new_attempts: list[AttemptRow] = []
+        self.closed_attempts: dict[int, AttemptRow] = {}  # by id(): stored rows to update
         self.account_updates: list[tuple[str, dict, dict]] = []
 
-    def know(self, jobs: Iterable[Job], attempts: Iterable[Attempt] = ()) -> None:
+    def carry(self, before: Fold) -> None:
+        """Start from the rows of the batch before, as it left them (newer than the tables
+        while its write is under way)."""
+        for job in before.dirty.values():
+            self.by_key[job.job_key] = self.by_task[job.task_id] = job
+        touched = [*before.new_attempts, *before.closed_attempts.values()]
+        for attempt in touched:  # with all its delivery's attempts, oldest first
+            self.attempts[attempt.delivery_id] = before.attempts[attempt.delivery_id]
+        for attempt in before.new_attempts:
+            attempt.stored = True  # its batch writes it before this one's write starts
+
+    def unknown(self, events: Iterable[Event]) -> tuple[set[str], set[str], set[str]]:
+        """:func:`rows_needed` less the rows this fold holds already."""
+        keys, tasks, deliveries = rows_needed(events)
+        return keys - self.by_key.keys(), tasks - self.by_task.keys(), deliveries - set(
+            self.attempts)
+
+    def know(self, jobs: Iterable[JobRow], attempts: Iterable[AttemptRow] = ()) -> None:
         """The stored rows the events may touch: jobs, and attempts oldest first."""
         for job in jobs:
             self.by_key[job.job_key] = job
@@ -99,7 +121,7 @@ class Fold:
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def job_for(self, event: Event) -> Job | None:
+    def job_for(self, event: Event) -> JobRow | None:
         """The job of a job event, or None when it is unknown or the event is stale."""
         job = self.by_task.get(event.task_id or "")
         if job is None:
@@ -111,7 +133,7 @@ class Fold:
         self.dirty[job.job_key] = job
         return job
 
-    def open_attempt(self, event: Event) -> Attempt | None:
+    def open_attempt(self, event: Event) -> AttemptRow | None:
         attempts = self.attempts.get(event.job_id or "")
         if attempts and attempts[-1].outcome == Outcome.RUNNING:
             return attempts[-1]
@@ -124,10 +146,10 @@ class Fold:
         attempt.outcome = outcome
         attempt.error = error
         attempt.finished_at = _time(event.at)
-        if attempt.pk is not None:
-            self.closed_attempts[attempt.pk] = attempt
+        if attempt.stored:
+            self.closed_attempts[id(attempt)] = attempt
 
-    def run_at(self, job: Job, due: datetime | None, now: datetime | None) -> datetime | None:
+    def run_at(self, job: JobRow, due: datetime | None, now: datetime | None) -> datetime | None:
         """When a job due at ``due`` (None: now) runs: later if its account is paused by a
         limit, since its job is ready in Redis but waits for the account; None for now."""
         pause_ends = self.paused.get((job.queue, job.account))
@@ -135,7 +157,7 @@ class Fold:
             return pause_ends
         return due
 
-    def same_account(self, event: Event) -> list[Job]:
+    def same_account(self, event: Event) -> list[JobRow]:
         return [job for job in self.by_key.values()
                 if job.queue == event.queue and job.account == event.account]
 
@@ -147,7 +169,7 @@ class Fold:
         key = key_of(event)
         job = self.by_key.get(key)
         if job is None:
-            job = Job(job_key=key, task_id=event.task_id, enqueued_at=_time(event.at))
+            job = JobRow(job_key=key, task_id=event.task_id, enqueued_at=_time(event.at))
         elif job.task_id != event.task_id:
             # the key's earlier job is gone (replayed from the dead letters, or done long ago)
             self.by_task.pop(job.task_id, None)
@@ -191,8 +213,8 @@ class Fold:
         attempts = self.attempts.setdefault(job.delivery_id, [])
         if any(a.started_at == started for a in attempts):
             return  # this batch was applied before and its ack got lost
-        attempt = Attempt(job=job, number=event.attempt, delivery_id=job.delivery_id,
-                          worker=job.worker, started_at=started)
+        attempt = AttemptRow(delivery_id=job.delivery_id, number=event.attempt,
+                             worker=job.worker, started_at=started, job_key=job.job_key)
         attempts.append(attempt)
         self.new_attempts.append(attempt)
 

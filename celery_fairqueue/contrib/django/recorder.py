@@ -1,12 +1,17 @@
 """The recorder: applies the event stream (events.py) to the Job and Attempt tables.
 
 It reads batches through the stream's consumer group, folds each batch into the rows it touches
-in memory (fold.py: one handler per event type), with the writer (writer.py) loading those rows
-first and writing them back after, all in one transaction, and only then acknowledges the
-events. A database or Redis that is down makes it log, back off and read the same
-unacknowledged events again, so nothing is lost: they are applied when both are back. A batch
-the database refuses for its content (not its absence) is applied event by event and the
-offending event skipped with an error log, so one bad event cannot stall recording.
+in memory (fold.py: plain values, one handler per event type, one row per job however many of
+its events the batch holds), with the writer (writer.py) loading those rows first and writing
+them back after in one transaction, and only then acknowledges the events. On PostgreSQL the
+write runs in a thread of its own while the next batch is read and folded (on the rows of the
+one being written, which are newer than the tables), so the database and this process work at
+once; a batch is written only once the one before has been, and after a batch that changed
+whole accounts the next one waits for it. A database or Redis that is down makes it log, back
+off and read the same unacknowledged events again, so nothing is lost: they are applied when
+both are back. A batch the database refuses for its content (not its absence) is applied
+event by event and the offending event skipped with an error log, so one bad event cannot
+stall recording.
 
 Recording must not slow the jobs down: after a batch smaller than ``batch`` the recorder waits
 ``linger_ms`` so the next one gathers more events (group commit), and on PostgreSQL the rows go
@@ -35,11 +40,13 @@ Such a job appears once it is enqueued again, e.g. by its next retry.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 
 from celery import Celery
@@ -48,7 +55,6 @@ from django.db import (
     OperationalError,
     connections,
     router,
-    transaction,
 )
 
 from ...errors import StoreUnavailableError
@@ -67,6 +73,11 @@ logger = logging.getLogger(__name__)
 # The database is away (down, restarting, unreachable): keep the events and try again. Any other
 # database error is the batch's fault, which retrying would repeat forever.
 TRANSIENT_DB_ERRORS = (OperationalError, InterfaceError)
+
+
+def _close(db: str) -> None:
+    """Close this thread's connection to ``db`` (Django's connections are per thread)."""
+    connections[db].close()
 
 
 def default_consumer_name() -> str:
@@ -94,6 +105,7 @@ class Recorder:
         self._renewed = float("-inf")
         self._group_ready = False
         self._paused: dict[tuple[str, str], datetime] = {}
+        self._writing: tuple[list[Event], Fold, Future[None]] | None = None  # being written
         self.skipped = 0  # events that could not be applied and were left behind
 
     @property
@@ -105,23 +117,36 @@ class Recorder:
 
         Database and Redis errors propagate, with the batch left pending for the next call.
         """
+        try:
+            events = self._read()
+            if events:
+                self._write_or_skip(events, self._fold_or_none(events))
+        except Exception:
+            self.reader.rewind()
+            raise
+        return len(events)
+
+    def _read(self) -> list[Event]:
         if not self._group_ready:
             self.reader.ensure_group()
             self._group_ready = True
         if not self._lead():
-            return 0
-        events = self.reader.read(count=self.batch, block_ms=self.block_ms)
-        if events:
-            try:
-                self.apply(events)
-            except TRANSIENT_DB_ERRORS:
-                raise
-            except Exception:  # the batch's content, not the database's absence
-                logger.warning("fairqueue recorder: a batch of %d events failed; applying "
-                               "them one by one to skip the bad one", len(events))
-                self._apply_each(events)
-            self.reader.ack(events)
-        return len(events)
+            return []
+        return self.reader.read(count=self.batch, block_ms=self.block_ms)
+
+    def _write_or_skip(self, events: list[Event], fold: Fold | None) -> None:
+        """Write a folded batch (``fold`` None: it could not be folded) and ack it."""
+        try:
+            if fold is None:
+                raise ValueError("the batch could not be folded")
+            writer.write(writer.prepare(fold), self.db)
+        except TRANSIENT_DB_ERRORS:
+            raise
+        except Exception:  # the batch's content, not the database's absence
+            logger.warning("fairqueue recorder: a batch of %d events failed; applying "
+                           "them one by one to skip the bad one", len(events))
+            self._apply_each(events)
+        self.reader.ack(events)
 
     def _apply_each(self, events: list[Event]) -> None:
         """Apply events one at a time; one that cannot be applied (a value the database or
@@ -137,46 +162,113 @@ class Recorder:
                 logger.exception("fairqueue recorder: skipped event %s of type %r (job %s)",
                                  event.id, event.type, event.job_id)
 
+    def fold(self, events: list[Event], before: Fold | None = None) -> Fold:
+        """Fold ``events`` (in stream order) on the stored rows, or on those ``before`` left."""
+        fold = Fold(self._paused)
+        if before is not None:
+            fold.carry(before)
+        writer.load(fold, events, self.db)
+        fold.apply(events)
+        return fold
+
+    def _fold_or_none(self, events: list[Event], before: Fold | None = None) -> Fold | None:
+        """The fold of ``events``, or None when one of them breaks it (applied alone then)."""
+        if not events:
+            return None
+        try:
+            return self.fold(events, before)
+        except TRANSIENT_DB_ERRORS:
+            raise
+        except Exception:
+            logger.warning("fairqueue recorder: a batch of %d events could not be folded",
+                           len(events))
+            return None
+
     def apply(self, events: list[Event]) -> Fold:
         """Write the effect of ``events`` (in stream order) in one transaction."""
-        fold = Fold(self._paused)
-        with transaction.atomic(using=self.db):
-            writer.load(fold, events, self.db)
-            fold.apply(events)
-            writer.write(fold, self.db)
+        fold = self.fold(events)
+        writer.write(writer.prepare(fold), self.db)
         return fold
 
     def run_forever(self, stop_event: threading.Event) -> None:
         """Record until ``stop_event`` is set, backing off while the database or Redis is down."""
         logger.info("fairqueue recorder %s started", self.consumer_name)
         failures = 0
-        while not stop_event.is_set():
-            try:
-                applied = self.run_once()
-                failures = 0
-                if not self.leading:
-                    stop_event.wait(self.lock_seconds / 3)
-                elif 0 < applied < self.batch:
-                    # group commit: a read returns as soon as one event is there, so a recorder
-                    # that keeps up would spend a transaction on every few events
-                    stop_event.wait(self.linger)
-            except TRANSIENT_DB_ERRORS as exc:
-                failures += 1
-                logger.warning("fairqueue recorder: database unavailable (%s); the events stay "
-                               "pending and are applied when it is back", exc)
-                connections[self.db].close()
-                stop_event.wait(self._backoff(failures))
-            except StoreUnavailableError as exc:
-                failures += 1
-                logger.warning("fairqueue recorder: Redis unavailable (%s); retrying", exc)
-                self._group_ready = self.leading = False  # a restarted Redis lost the group
-                stop_event.wait(self._backoff(failures))
-            except Exception:  # a bug must not end the thread unseen: log it, keep trying
-                failures += 1
-                logger.exception("fairqueue recorder: recording failed; retrying")
-                stop_event.wait(self._backoff(failures))
+        overlap = connections[self.db].vendor == "postgresql"
+        with ThreadPoolExecutor(1, thread_name_prefix="fairqueue-recorder-write") as pool:
+            while not stop_event.is_set():
+                try:
+                    applied = self._overlapped(pool) if overlap else self.run_once()
+                    failures = 0
+                    if not self.leading:
+                        stop_event.wait(self.lock_seconds / 3)
+                    elif 0 < applied < self.batch:
+                        # group commit: a read returns as soon as one event is there, so a
+                        # recorder that keeps up would spend a transaction on every few events
+                        stop_event.wait(self.linger)
+                except Exception as exc:
+                    failures += 1
+                    with contextlib.suppress(Exception):
+                        self._settle(quiet=True)
+                    self.reader.rewind()
+                    if isinstance(exc, TRANSIENT_DB_ERRORS):
+                        pool.submit(_close, self.db).result()
+                    self._failed(exc, failures)
+                    stop_event.wait(self._backoff(failures))
+            with contextlib.suppress(Exception):
+                self._settle(quiet=True)
+            pool.submit(_close, self.db).result()
         self.release()
         logger.info("fairqueue recorder %s stopped", self.consumer_name)
+
+    def _overlapped(self, pool: ThreadPoolExecutor) -> int:
+        """Read and fold a batch while the one before is written, then hand it to the writing
+        thread; returns the events read."""
+        events = self._read()
+        if self._writing is not None and self._writing[1].account_updates:
+            self._settle()  # rows of those accounts that the fold does not hold may change
+        fold = self._fold_or_none(events, self._writing[1] if self._writing else None)
+        if not self._settle():
+            return len(events)  # folded on a batch that was not written so: read again
+        if fold is None and events:
+            self._write_or_skip(events, None)
+        elif fold is not None:
+            self._writing = (events, fold, pool.submit(writer.write, writer.prepare(fold),
+                                                       self.db))
+        return len(events)
+
+    def _settle(self, quiet: bool = False) -> bool:
+        """Wait for the batch being written and ack it. False when it was not written as
+        folded (a batch the database refused for its content is applied event by event;
+        ``quiet``: left pending instead): what was folded on it must be read again."""
+        if self._writing is None:
+            return True
+        events, _, written = self._writing
+        self._writing = None
+        try:
+            written.result()
+        except Exception as exc:
+            self.reader.rewind()
+            if quiet:
+                return False
+            if isinstance(exc, TRANSIENT_DB_ERRORS):
+                raise
+            self._write_or_skip(events, None)
+            return False
+        self.reader.ack(events)
+        return True
+
+    def _failed(self, exc: Exception, failures: int) -> None:
+        """Log a failed step and forget what a restarted Redis lost."""
+        if isinstance(exc, TRANSIENT_DB_ERRORS):
+            logger.warning("fairqueue recorder: database unavailable (%s); the events stay "
+                           "pending and are applied when it is back", exc)
+            connections[self.db].close()
+        elif isinstance(exc, StoreUnavailableError):
+            logger.warning("fairqueue recorder: Redis unavailable (%s); retrying", exc)
+            self._group_ready = self.leading = False  # a restarted Redis lost the group
+        else:  # a bug must not end the thread unseen: log it, keep trying
+            logger.exception("fairqueue recorder: recording failed; retrying", exc_info=exc)
 
     def release(self) -> None:
         """Hand the lead to a standby recorder at once instead of after ``lock_seconds``."""

@@ -1,8 +1,10 @@
 """The recorder's writer: reads the rows a fold needs and writes back what it changed.
 
-On PostgreSQL the rows go through COPY (:class:`PostgresCopy`), elsewhere through Django's bulk
-operations; both in the caller's transaction. The fold itself (fold.py) never touches the
-database; this module and recording.py are the only writers of Job rows.
+A fold's changes become :class:`Writes`, plain tuples of column values (rows.py), before they
+are written, so the next batch can be folded while they are. On PostgreSQL they go through COPY
+(:class:`PostgresCopy`), elsewhere through Django's bulk operations; both in one transaction.
+The fold itself (fold.py) never touches the database; this module and recording.py are the
+only writers of Job rows.
 """
 
 from __future__ import annotations
@@ -10,127 +12,191 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from ...protocol import Event
-from .columns import fit, from_columns, to_column
-from .fold import Fold, rows_needed
+from .columns import to_column
+from .fold import Fold
 from .models import Attempt, Job
+from .rows import (
+    ARGS_FIELDS,
+    ATTEMPT_FIELDS,
+    ATTEMPT_LOADED,
+    CLOSE_FIELDS,
+    STATE_FIELDS,
+    attempt_columns,
+    attempt_row,
+    closed_attempt_columns,
+    fresh_job_columns,
+    job_columns,
+    job_row,
+)
 
 logger = logging.getLogger("celery_fairqueue.contrib.django.recorder")
 
-JOB_FIELDS = ["task_id", "delivery_id", "task", "queue", "account", "status", "attempts", "args",
-              "args_text", "enqueued_at", "next_run_at", "started_at", "finished_at", "last_error",
-              "waiting_since", "dead_reason", "external_id", "worker", "updated_at"]
-CLOSE_FIELDS = ["outcome", "error", "finished_at"]
+
+@dataclass
+class Writes:
+    """One batch's writes as column values: one row per job, the jobs that were enqueued in
+    the batch with their arguments (``fresh``), the others without (``moved``)."""
+
+    account_updates: list[tuple[str, dict, dict]] = field(default_factory=list)
+    fresh: list[tuple] = field(default_factory=list)
+    moved: list[tuple] = field(default_factory=list)
+    new_attempts: list[tuple] = field(default_factory=list)
+    closed_attempts: list[tuple] = field(default_factory=list)
 
 
 class PostgresCopy:
     """The batch's writes on PostgreSQL through COPY, in the batch's transaction.
 
     Django's bulk_create spends most of the recorder's time turning values into SQL in Python;
-    COPY hands them over in C (a quarter of the client time, and less server time), which is
-    what keeps recording off the critical path of a busy machine. Jobs and closed attempts go
-    through staging tables emptied at commit, then one upsert or update.
+    COPY hands them over in C. Every write goes through a staging table emptied at commit, then
+    one statement: an upsert of the fresh jobs, an update of the moved ones (their arguments,
+    the largest values, stay as stored), an insert of the attempts (joined to their job by its
+    key, so no job id travels back to Python) and an update of the attempts closed.
     """
 
-    JOB_COLUMNS = ["job_key", *JOB_FIELDS]
-    ATTEMPT_COLUMNS = ["job_id", "number", "delivery_id", "worker", "started_at", "finished_at",
-                       "outcome", "error"]
-
-    def __init__(self, cursor: Any) -> None:
+    def __init__(self, cursor: Any, now: datetime) -> None:
         self.cursor = cursor  # the driver's (psycopg) cursor
+        self.now = now
 
     def _stage(self, name: str, table: str, columns: list[str], rows: list[tuple]) -> None:
-        names = ", ".join(columns)
         self.cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {name} ON COMMIT DELETE ROWS AS "
-                            f"SELECT {names} FROM {table} WITH NO DATA")
-        self._copy(name, columns, rows)
-
-    def _copy(self, table: str, columns: list[str], rows: list[tuple]) -> None:
-        with self.cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+                            f"SELECT {', '.join(columns)} FROM {table} WITH NO DATA")
+        with self.cursor.copy(f"COPY {name} ({', '.join(columns)}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)
 
-    def upsert_jobs(self, jobs: list[Job], now: datetime) -> None:
-        if not jobs:
+    def upsert_jobs(self, rows: list[tuple]) -> None:
+        if not rows:
             return
-        for job in jobs:
-            job.updated_at = now
-        rows = [tuple(json.dumps(job.args) if name == "args" else getattr(job, name)
-                      for name in self.JOB_COLUMNS) for job in jobs]
-        table, names = Job._meta.db_table, ", ".join(self.JOB_COLUMNS)
-        self._stage("fairqueue_job_stage", table, self.JOB_COLUMNS, rows)
-        updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in JOB_FIELDS)
-        self.cursor.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM "
-                            f"fairqueue_job_stage ON CONFLICT (job_key) DO UPDATE SET {updates} "
-                            "RETURNING id, job_key")
-        ids = {key: pk for pk, key in self.cursor.fetchall()}
-        for job in jobs:
-            job.pk = ids[job.job_key]
+        names = ["job_key", *STATE_FIELDS, *ARGS_FIELDS]
+        args = names.index("args")
+        rows = [(*row[:args], json.dumps(row[args]), *row[args + 1:]) for row in rows]
+        self._stage("fairqueue_job_fresh", Job._meta.db_table, names, rows)
+        listed = ", ".join(names)
+        updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in names[1:])
+        self.cursor.execute(
+            f"INSERT INTO {Job._meta.db_table} ({listed}, updated_at) SELECT {listed}, %s FROM "
+            f"fairqueue_job_fresh ON CONFLICT (job_key) DO UPDATE SET {updates}, "
+            "updated_at = EXCLUDED.updated_at", [self.now])
 
-    def insert_attempts(self, attempts: list[Attempt]) -> None:
-        rows = [(a.job.pk, *(getattr(a, name) for name in self.ATTEMPT_COLUMNS[1:]))
-                for a in attempts]
-        if rows:
-            self._copy(Attempt._meta.db_table, self.ATTEMPT_COLUMNS, rows)
-
-    def close_attempts(self, attempts: list[Attempt]) -> None:
-        if not attempts:
+    def update_jobs(self, rows: list[tuple]) -> None:
+        if not rows:
             return
-        columns = ["id", *CLOSE_FIELDS]
+        names = ["job_key", *STATE_FIELDS]
+        self._stage("fairqueue_job_moved", Job._meta.db_table, names, rows)
+        updates = ", ".join(f"{name} = s.{name}" for name in STATE_FIELDS)
+        self.cursor.execute(f"UPDATE {Job._meta.db_table} AS j SET {updates}, updated_at = %s "
+                            "FROM fairqueue_job_moved AS s WHERE j.job_key = s.job_key",
+                            [self.now])
+
+    def insert_attempts(self, rows: list[tuple]) -> None:
+        if not rows:
+            return
+        self.cursor.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS fairqueue_attempt_new (seq serial, job_key "
+            "varchar(200), number integer, delivery_id varchar(300), worker varchar(255), "
+            "started_at timestamptz, finished_at timestamptz, outcome varchar(16), error text) "
+            "ON COMMIT DELETE ROWS")
+        with self.cursor.copy(f"COPY fairqueue_attempt_new ({', '.join(ATTEMPT_FIELDS)}) "
+                              "FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        names = ATTEMPT_FIELDS[1:]
+        self.cursor.execute(
+            f"INSERT INTO {Attempt._meta.db_table} (job_id, {', '.join(names)}) SELECT j.id, "
+            f"{', '.join(f's.{name}' for name in names)} FROM fairqueue_attempt_new AS s JOIN "
+            f"{Job._meta.db_table} AS j ON j.job_key = s.job_key ORDER BY s.seq")
+
+    def close_attempts(self, rows: list[tuple]) -> None:
+        if not rows:
+            return
         table = Attempt._meta.db_table
-        self._stage("fairqueue_attempt_stage", table, columns,
-                    [tuple(getattr(a, name) for name in columns) for a in attempts])
-        updates = ", ".join(f"{name} = s.{name}" for name in CLOSE_FIELDS)
-        self.cursor.execute(f"UPDATE {table} AS a SET {updates} FROM fairqueue_attempt_stage "
-                            "AS s WHERE a.id = s.id")
+        self._stage("fairqueue_attempt_closed", table, CLOSE_FIELDS, rows)
+        self.cursor.execute(
+            f"UPDATE {table} AS a SET outcome = s.outcome, error = s.error, finished_at = "
+            "s.finished_at FROM fairqueue_attempt_closed AS s WHERE a.delivery_id = "
+            "s.delivery_id AND a.started_at IS NOT DISTINCT FROM s.started_at AND a.outcome = "
+            f"'{Attempt.Outcome.RUNNING}'")
 
 
 def load(fold: Fold, events: Sequence[Event], db: str) -> None:
-    """Hand ``fold`` the stored rows ``events`` may touch, in two queries."""
-    keys, tasks, deliveries = rows_needed(events)
-    if not deliveries:
-        return
-    jobs = Job.objects.using(db).filter(Q(job_key__in=_columns(keys))
-                                        | Q(task_id__in=_columns(tasks)))
-    attempts = (Attempt.objects.using(db).filter(delivery_id__in=_columns(deliveries))
-                .order_by("id"))
-    fold.know(map(from_columns, jobs), map(from_columns, attempts))
+    """Hand ``fold`` the stored rows ``events`` may touch that it does not hold yet, in two
+    queries."""
+    keys, tasks, deliveries = fold.unknown(events)
+    if keys or tasks:
+        jobs = Job.objects.using(db).filter(Q(job_key__in=_columns(keys))
+                                            | Q(task_id__in=_columns(tasks)))
+        fold.know(map(job_row, jobs.values_list("job_key", *STATE_FIELDS)))
+    if deliveries:
+        attempts = (Attempt.objects.using(db).filter(delivery_id__in=_columns(deliveries))
+                    .order_by("id").values_list(*ATTEMPT_LOADED))
+        fold.know((), map(attempt_row, attempts))
 
 
 def _columns(ids: set[str]) -> list[str]:
     return [to_column(value) for value in ids]
 
 
-def write(fold: Fold, db: str) -> None:
-    """Write what ``fold`` changed: the account-wide updates, then jobs and attempts."""
+def prepare(fold: Fold) -> Writes:
+    """What ``fold`` changed, as column values (the fold may change on after this)."""
+    writes = Writes(account_updates=[
+        (update, {name: to_column(value) if name in ("queue", "account") else value
+                  for name, value in where.items()}, values)
+        for update, where, values in fold.account_updates])
+    for job in fold.dirty.values():
+        if job.args is None:
+            writes.moved.append(job_columns(job))
+        else:
+            writes.fresh.append(fresh_job_columns(job))
+    writes.new_attempts = [attempt_columns(attempt) for attempt in fold.new_attempts]
+    writes.closed_attempts = [closed_attempt_columns(a) for a in fold.closed_attempts.values()]
+    return writes
+
+
+def write(writes: Writes, db: str) -> None:
+    """Write a batch in one transaction: the account-wide updates, then jobs and attempts."""
     now = timezone.now()
-    for update, where, values in fold.account_updates:
-        where = {name: to_column(value) if name in ("queue", "account") else value
-                 for name, value in where.items()}
-        Job.objects.using(db).filter(**where).update(**values, updated_at=now)
-        logger.debug("fairqueue recorder: %s %s", update, where)
-    jobs = [fit(job) for job in fold.dirty.values()]
-    attempts = [fit(attempt) for attempt in fold.new_attempts]
-    closed = [fit(attempt) for attempt in fold.closed_attempts.values()]
-    connection = connections[db]
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor, connection.wrap_database_errors:
-            copy = PostgresCopy(cursor.cursor)  # the driver's errors as Django's
-            copy.upsert_jobs(jobs, now)
-            copy.insert_attempts(attempts)
-            copy.close_attempts(closed)
-        return
-    if jobs:
-        Job.objects.using(db).bulk_create(
-            jobs, update_conflicts=True, unique_fields=["job_key"], update_fields=JOB_FIELDS)
-    if attempts:
-        Attempt.objects.using(db).bulk_create(attempts)
-    if closed:
-        Attempt.objects.using(db).bulk_update(closed, CLOSE_FIELDS)
+    with transaction.atomic(using=db):
+        for update, where, values in writes.account_updates:
+            Job.objects.using(db).filter(**where).update(**values, updated_at=now)
+            logger.debug("fairqueue recorder: %s %s", update, where)
+        connection = connections[db]
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor, connection.wrap_database_errors:
+                copy = PostgresCopy(cursor.cursor, now)  # the driver's errors as Django's
+                copy.upsert_jobs(writes.fresh)
+                copy.update_jobs(writes.moved)
+                copy.insert_attempts(writes.new_attempts)
+                copy.close_attempts(writes.closed_attempts)
+            return
+        _write_with_django(writes, db, now)
+
+
+def _write_with_django(writes: Writes, db: str, now: datetime) -> None:
+    """The writes through Django's bulk operations, for databases other than PostgreSQL."""
+    jobs = Job.objects.using(db)
+    for rows, names in ((writes.fresh, STATE_FIELDS + ARGS_FIELDS), (writes.moved, STATE_FIELDS)):
+        if rows:
+            jobs.bulk_create([Job(**dict(zip(["job_key", *names], row, strict=True)),
+                                  updated_at=now) for row in rows],
+                             update_conflicts=True, unique_fields=["job_key"],
+                             update_fields=[*names, "updated_at"])
+    if writes.new_attempts:
+        ids = dict(jobs.filter(job_key__in={row[0] for row in writes.new_attempts})
+                   .values_list("job_key", "id"))
+        Attempt.objects.using(db).bulk_create(
+            Attempt(job_id=ids[row[0]], **dict(zip(ATTEMPT_FIELDS[1:], row[1:], strict=True)))
+            for row in writes.new_attempts if row[0] in ids)
+    for delivery, started, outcome, error, finished in writes.closed_attempts:
+        Attempt.objects.using(db).filter(
+            delivery_id=delivery, started_at=started, outcome=Attempt.Outcome.RUNNING,
+        ).update(outcome=outcome, error=error, finished_at=finished)
