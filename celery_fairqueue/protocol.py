@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import contextvars
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 from urllib.parse import quote, unquote
 
 #: Longest account id or queue name the store accepts, in UTF-8 bytes: the Job table's account
@@ -100,7 +99,7 @@ def parse_delivery_id(job_id: str) -> tuple[str, int]:
     task_id, _, retries = job_id.rpartition(":")
     if not task_id or not retries.removeprefix("-").isdigit():
         return job_id, 0
-    replaced = _REPLACED.match(task_id)
+    replaced = _REPLACED.match(task_id) if "~" in task_id else None
     return (replaced.group(1) if replaced else task_id), int(retries)
 
 
@@ -210,6 +209,25 @@ def _number(text: str | None) -> float | None:
         return None
 
 
+T = TypeVar("T")
+
+
+class parsed(Generic[T]):
+    """A property of an event computed on first read and then a plain attribute (the
+    recorder reads each of thousands of events' fields several times; functools'
+    cached_property takes a lock on every first read)."""
+
+    def __init__(self, compute: Callable[[Any], T]) -> None:
+        self.compute = compute
+        self.name = compute.__name__
+
+    def __get__(self, event: Any, owner: Any = None) -> T:
+        if event is None:
+            return cast(T, self)
+        value = event.__dict__[self.name] = self.compute(event)
+        return value
+
+
 @dataclass(frozen=True)
 class Event:
     """One entry of the event stream, read with typed accessors."""
@@ -227,41 +245,46 @@ class Event:
     def _text(self, name: str) -> str:
         return self.fields.get(EVENT_FIELDS[name]) or ""
 
-    @cached_property
+    @parsed
     def job_id(self) -> str | None:
         return self._text("job") or None
 
-    @cached_property
-    def task_id(self) -> str | None:
-        return task_id_of(self.job_id) if self.job_id else None
+    @parsed
+    def delivery(self) -> tuple[str | None, int]:
+        """(task id, retries) of a job event's delivery; (None, 0) for an account event."""
+        return parse_delivery_id(self.job_id) if self.job_id else (None, 0)
 
-    @cached_property
+    @property
+    def task_id(self) -> str | None:
+        return self.delivery[0]
+
+    @property
     def retries(self) -> int:
         """0 for the first delivery of a job, 1 for its first retry, ..."""
-        return parse_delivery_id(self.job_id)[1] if self.job_id else 0
+        return self.delivery[1]
 
-    @cached_property
+    @parsed
     def attempt(self) -> int:
         """1 for the first delivery of a job, 2 for its first retry, ..."""
         return self.retries + 1 if self.job_id else 0
 
-    @cached_property
+    @parsed
     def at(self) -> float:
         return _number(self._text("at")) or 0.0
 
-    @cached_property
+    @parsed
     def due(self) -> float | None:
         return _number(self._text("due"))
 
-    @cached_property
+    @parsed
     def queue(self) -> str | None:
         return decode_id(self._text("queue")) or None
 
-    @cached_property
+    @parsed
     def account(self) -> str | None:
         return decode_id(self._text("account")) or None
 
-    @cached_property
+    @parsed
     def job_key(self) -> str | None:
         key = self._text("job_key")
         return decode_id(key) if key and key != NO_JOB_KEY else None
