@@ -16,6 +16,9 @@ from celery import Celery
 from .errors import ConfigurationError, InvalidLimitError
 from .limits import AccountLimit
 
+DAY = 86400.0
+#: The statuses of finished jobs that fairqueue_record_retention keeps for a time.
+RETAINED_STATUSES = ("succeeded", "revoked", "failed", "dead")
 #: Most shards a store may have (store/shards.py spreads up to this many evenly over the slots).
 MAX_SHARDS = 1024
 
@@ -83,6 +86,18 @@ class FairqueueSettings:
         10, "A job handed out this many times without settling is dead-lettered as poison.")
     job_retention: float = _setting(
         86400.0, "Seconds a finished job's business key still dedupes new enqueues.")
+    record_retention: Mapping[str, Any] = _setting(
+        Options({"succeeded": 7 * DAY, "revoked": 7 * DAY, "failed": 30 * DAY,
+                 "dead": 30 * DAY}),
+        "Seconds a recorded job (its Job row and attempts, in the Django app) is kept after it "
+        "finished, by status: succeeded, revoked, failed, dead; None keeps them for good. The "
+        "statuses given replace these defaults (7 days; 30 for failed and dead); a job the "
+        "store still holds (waiting, running, or a dead letter) is never deleted.")
+    record_prune_batch: int = _setting(
+        1000, "Recorded jobs the pruner deletes per transaction (short locks).")
+    record_prune_interval: float = _setting(
+        300.0, "How often the leading recorder prunes in its idle time, in seconds. 0: never "
+        "(prune with `manage.py fairqueue prune` or the prune_records task instead).")
     max_payload_bytes: int = _setting(
         256 * 1024, "Largest serialized message a fair job may have.")
     enqueue_timeout: float = _setting(
@@ -153,6 +168,7 @@ class FairqueueSettings:
         for name in ("max_pending_per_account", "max_pending", "metrics_top_accounts"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"fairqueue_{name} must be 0 (no bound) or more")
+        self._validate_retention()
         if self.heartbeat_interval * 2 > self.lease_seconds:
             raise ConfigurationError(
                 f"fairqueue_heartbeat_interval ({self.heartbeat_interval}) must be at most half "
@@ -162,6 +178,22 @@ class FairqueueSettings:
             self.default_limit.validate()
         except InvalidLimitError as exc:
             raise ConfigurationError(f"fairqueue_default_*: {exc}") from None
+
+    def _validate_retention(self) -> None:
+        for status, seconds in self.record_retention.items():
+            if status not in RETAINED_STATUSES:
+                raise ConfigurationError(
+                    f"fairqueue_record_retention: {status!r} is not one of "
+                    f"{', '.join(RETAINED_STATUSES)}")
+            if seconds is not None and (isinstance(seconds, bool) or not isinstance(
+                    seconds, int | float) or not 0 < seconds < float("inf")):
+                raise ConfigurationError(
+                    f"fairqueue_record_retention[{status!r}] must be positive seconds or None")
+        if self.record_prune_batch < 1:
+            raise ConfigurationError("fairqueue_record_prune_batch must be at least 1")
+        if not 0 <= self.record_prune_interval < float("inf"):
+            raise ConfigurationError(
+                "fairqueue_record_prune_interval must be 0 (never) or positive seconds")
 
     @property
     def default_limit(self) -> AccountLimit:
@@ -175,7 +207,7 @@ def _coerce(name: str, raw: Any, default: Any) -> Any:
     if isinstance(default, Mapping):  # not shown: it may hold passwords
         if raw is not None and not isinstance(raw, Mapping):
             raise ConfigurationError(f"fairqueue_{name} must be a dict, not {type(raw).__name__}")
-        return Options(raw or {})
+        return Options({**default, **(raw or {})})  # what is given replaces its defaults
     if raw is None:
         return None
     kind = type(default) if default is not None else None

@@ -33,6 +33,9 @@ account: the recorder remembers the pauses it saw (``account_deferred`` until ``
 and records such a job as deferred until the pause ends. A recorder that takes over has not
 seen the pauses before it, so until their end it may show such jobs as ready.
 
+The leading recorder also deletes the recorded jobs past their retention when it has nothing
+to record, a fifth of a second at a time (pruner.py), so pruning never holds recording up.
+
 Events for jobs the database does not know (enqueued before any recorder listened) are skipped
 with a debug log: without their ``enqueued`` event there is no task, queue or account to show.
 Such a job appears once it is enqueued again, e.g. by its next retry.
@@ -65,6 +68,7 @@ from ...store.core import open_store
 from . import writer
 from .fold import NO_OUTCOME, Fold
 from .models import Job
+from .pruner import Pruner
 
 __all__ = ["NO_OUTCOME", "Recorder", "default_consumer_name"]
 
@@ -73,6 +77,8 @@ logger = logging.getLogger(__name__)
 # The database is away (down, restarting, unreachable): keep the events and try again. Any other
 # database error is the batch's fault, which retrying would repeat forever.
 TRANSIENT_DB_ERRORS = (OperationalError, InterfaceError)
+#: Most seconds the leading recorder prunes at a time when it has nothing to record.
+PRUNE_SLICE = 0.2
 
 
 def _close(db: str) -> None:
@@ -106,6 +112,9 @@ class Recorder:
         self._group_ready = False
         self._paused: dict[tuple[str, str], datetime] = {}
         self._writing: tuple[list[Event], Fold, Future[None]] | None = None  # being written
+        # the leading recorder prunes in its idle time, unless fairqueue_record_prune_interval=0
+        self.pruner = Pruner(app) if settings_for(app).record_prune_interval else None
+        self._prune_at = float("-inf")
         self.skipped = 0  # events that could not be applied and were left behind
 
     @property
@@ -206,6 +215,8 @@ class Recorder:
                         # group commit: a read returns as soon as one event is there, so a
                         # recorder that keeps up would spend a transaction on every few events
                         stop_event.wait(self.linger)
+                    elif not applied:
+                        self._prune_idle()
                 except Exception as exc:
                     failures += 1
                     with contextlib.suppress(Exception):
@@ -257,6 +268,20 @@ class Recorder:
             return False
         self.reader.ack(events)
         return True
+
+    def _prune_idle(self) -> None:
+        """With nothing to record, prune for at most ``PRUNE_SLICE`` seconds (pruner.py), then
+        read again; a pass that is through waits ``fairqueue_record_prune_interval``."""
+        if self.pruner is None or time.monotonic() < self._prune_at:
+            return
+        try:
+            self.pruner.prune(PRUNE_SLICE)
+        except (*TRANSIENT_DB_ERRORS, StoreUnavailableError) as exc:
+            logger.warning("fairqueue recorder: pruning failed (%s); trying again later", exc)
+            self._prune_at = time.monotonic() + self.pruner.interval
+            return
+        self._prune_at = time.monotonic() + (0 if self.pruner.unfinished
+                                             else self.pruner.interval)
 
     def _failed(self, exc: Exception, failures: int) -> None:
         """Log a failed step and forget what a restarted Redis lost."""

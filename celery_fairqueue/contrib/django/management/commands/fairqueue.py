@@ -1,7 +1,8 @@
 """``manage.py fairqueue``: the fair store and its dead letters, for people with a Django login.
 
 The sub-commands and their reports are those of ``celery -A proj fairqueue`` (reports.py), plus
-``recorded``, the per-account counts of the recorded jobs in the database. Replay, purge,
+``recorded``, the per-account counts of the recorded jobs in the database, and ``prune``, which
+deletes those past their retention. Replay, purge,
 pause, resume, cancel and run-now act on behalf of a user (``--user``) who must hold the
 permission the admin asks for, so being able to run the project's management commands is not
 enough to change anything; ``reshard`` needs a superuser. ``celery -A proj fairqueue`` is the
@@ -21,6 +22,7 @@ from django.core.management.base import BaseCommand, CommandError
 from celery_fairqueue.contrib.django.actions import LIMIT_PERMISSION
 from celery_fairqueue.contrib.django.conf import celery_app
 from celery_fairqueue.contrib.django.overview import account_overview
+from celery_fairqueue.contrib.django.pruner import Pruner
 from celery_fairqueue.contrib.django.views import purge_dead_letters, replay_dead_letters, require
 from celery_fairqueue.errors import (
     ConfigurationError,
@@ -91,6 +93,10 @@ class Command(BaseCommand):
                                                         "age and last error, from the database.")
         recorded.add_argument("--account", help="Only this account.")
         recorded.add_argument("--limit", type=int, default=50, help="Most accounts to show.")
+
+        commands.add_parser("prune", help="Delete the recorded jobs (and their attempts) "
+                                          "past fairqueue_record_retention, in small "
+                                          "batches; the store's jobs and dead letters stay.")
 
         jobs = commands.add_parser("jobs", help="An account's jobs in the fair store now.")
         jobs.add_argument("--account", required=True, help="The account.")
@@ -284,6 +290,10 @@ class Command(BaseCommand):
               r["next_run_at"].strftime("%Y-%m-%d %H:%M:%S") if r["next_run_at"] else None,
               r["last_error"] or None] for r in shown]))
         self.stdout.write(f"\n{len(shown)} of {len(rows)} accounts, from the recorded jobs.")
+
+    def prune(self, options: dict[str, Any]) -> None:
+        deleted = Pruner(celery_app()).prune()
+        self.stdout.write(f"Deleted {deleted} recorded jobs past their retention.")
 
     def dlq_list(self, options: dict[str, Any]) -> None:
         app = celery_app()
