@@ -16,7 +16,7 @@ from celery import Celery
 from .errors import ConfigurationError, InvalidLimitError
 from .limits import AccountLimit
 
-#: Most shards a store may have (store/shards.py spreads up to this many evenly over the slots).
+#: Most shards a store may have (store/shards/placement.py spreads up to this many evenly over the slots).
 MAX_SHARDS = 1024
 
 

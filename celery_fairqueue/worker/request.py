@@ -1,5 +1,5 @@
 """The request class of fair tasks: Celery's own, minus the eta wait (the store waited), settling
-the job's lease (its message's channel, see store/leases.py) as Celery settles a message, plus
+the job's lease (its message's channel, see store/writers/leases.py) as Celery settles a message, plus
 one outcome Celery does not have.
 
 A fair task whose run could not write to the fair store (its started marker, its retry, its dead
