@@ -16,7 +16,8 @@ from celery import Celery
 from .errors import ConfigurationError, InvalidLimitError
 from .limits import AccountLimit
 
-#: Most shards a store may have (store/shards/placement.py spreads up to this many evenly over the slots).
+#: Most shards a store may have (store/formats/tags.py spreads up to this many evenly over the
+#: slots).
 MAX_SHARDS = 1024
 
 

@@ -200,8 +200,8 @@ class FairDispatcher:
             self._claim_at(claim.next_due)
 
     def _check_layout(self) -> bool:
-        """Whether the store's layout is this version's (store/writers/upgrade.py), asked once before
-        the first claim, which adopts the previous layout's idempotency records; False while
+        """Whether the store's layout is this version's (store/writers/upgrade.py), asked once
+        before the first claim, which adopts the previous layout's idempotency records; False while
         the store cannot be reached (the next claim asks again). Raises StoreLayoutError while
         the store holds jobs of the previous layout."""
         try:

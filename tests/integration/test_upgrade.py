@@ -1,6 +1,7 @@
-"""Upgrading a store from the layout before job records (issue 24, store/writers/upgrade.py): a worker
-does not start while that layout holds jobs (the previous version's workers drain them), and
-the idempotency of business keys carries over, so a key done before the upgrade still dedupes.
+"""Upgrading a store from the layout before job records (issue 24, store/writers/upgrade.py):
+a worker does not start while that layout holds jobs (the previous version's workers drain
+them), and the idempotency of business keys carries over, so a key done before the upgrade still
+dedupes.
 
 The old layout is written here by hand, as the previous version's scripts wrote it (see
 ``git show 423730e:celery_fairqueue/store/scripts/enqueue.lua``)."""

@@ -1,5 +1,5 @@
-"""The codec of what the fair store holds (store/formats/records.py): every format reads back what it
-built, for any id a user can send (spaces, "|", lone surrogates, 10 KB)."""
+"""The codec of what the fair store holds (store/formats/records.py): every format reads back
+what it built, for any id a user can send (spaces, "|", lone surrogates, 10 KB)."""
 
 import json
 

@@ -202,7 +202,8 @@ class Keys:
     @cached_property
     def shard_move(self) -> str:
         """While a reshard runs, on the home shard: the Redis time it announced the move (the
-        processes have re-read ``shard_count`` one check interval later; store/shards/reshard.py)."""
+        processes have re-read ``shard_count`` one check interval later;
+        store/shards/reshard.py)."""
         return self._key("shardmove")
 
     @cached_property

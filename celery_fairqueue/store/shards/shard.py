@@ -99,8 +99,8 @@ class FairStore(Jobs, Fleet, Operator):
         """Raise ShardCountError unless the store is laid out in ``fairqueue_shards`` shards, as
         its home records (asked every ``fairqueue_shards_check_interval``). A store that
         records none is of one shard, or, empty, takes this one's number. While a reshard moves
-        it from S to N shards (``"S>N"``, store/shards/reshard.py), a sharded process of either S or N
-        is accepted, and ``shard_move`` says (S, N): the store follows the move (sharded.py).
+        it from S to N shards (``"S>N"``, reshard.py), a sharded process of either S or N is
+        accepted, and ``shard_move`` says (S, N): the store follows the move (sharded.py).
         A shard of a sharded store asks its home, which checks once for all."""
         if self.home is not self:
             self.home.check_shards()
