@@ -16,10 +16,6 @@ import redis
 from tests.harness import REDIS_URL_ENV, RedisServer, WorkerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Where a bench puts the fair store when not on the broker's Redis (bench.memory, and
-#: bench.scale_out's clusters through bench.app), and bench.app's ``fairqueue_shards``.
-STORE_URL_ENV = "FQ_BENCH_STORE_URL"
-SHARDS_ENV = "FQ_BENCH_SHARDS"
 
 
 @contextlib.contextmanager

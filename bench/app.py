@@ -12,7 +12,7 @@ import redis
 from celery import Celery
 
 import celery_fairqueue
-from bench._common import SHARDS_ENV, STORE_URL_ENV
+from bench.environment import SHARDS_ENV, STORE_URL_ENV
 from celery_fairqueue import FairTask, PermanentError, RetryPolicy
 from tests.harness import REDIS_URL_ENV
 

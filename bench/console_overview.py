@@ -30,7 +30,8 @@ from pathlib import Path
 import django
 from django.conf import settings
 
-from bench._common import SHARDS_ENV, redis_server
+from bench._common import redis_server
+from bench.environment import SHARDS_ENV
 from tests.harness import PostgresServer, find_postgres_bindir
 
 BUDGET_MS = 300.0

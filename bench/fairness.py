@@ -31,17 +31,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench._common import (
-    SHARDS_ENV,
-    STORE_URL_ENV,
-    percentile,
-    ratio,
-    redis_server,
-    runs,
-    workers,
-)
+from bench._common import percentile, ratio, redis_server, runs, workers
+from bench.environment import SHARDS_ENV, STORE_URL_ENV
 from celery_fairqueue import set_account_limit, store_for
-from celery_fairqueue.store.shards import account_shard
+from celery_fairqueue.store.shards.placement import account_shard
 from tests.harness.store_tools import place_accounts
 
 SLOTS = 4

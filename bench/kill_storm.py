@@ -27,8 +27,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench._common import SHARDS_ENV, STORE_URL_ENV, redis_server, workers
-from celery_fairqueue.store.keys import Keys
+from bench._common import redis_server, workers
+from bench.environment import SHARDS_ENV, STORE_URL_ENV
+from celery_fairqueue.store.formats.keys import Keys
 from tests.harness import wait_until
 from tests.harness.producer import Producer
 from tests.harness.redis_cluster import ClusterGroup

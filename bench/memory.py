@@ -28,7 +28,8 @@ import redis
 from celery import Celery
 
 import celery_fairqueue
-from bench._common import STORE_URL_ENV, floor_bytes, message, stored_messages, used_memory
+from bench._common import floor_bytes, message, stored_messages, used_memory
+from bench.environment import STORE_URL_ENV
 from celery_fairqueue import FairTask, PermanentError
 from tests.harness import REDIS_URL_ENV, RedisServer, WorkerProcess, wait_until
 

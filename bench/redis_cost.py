@@ -18,7 +18,7 @@ workers). Both kinds' workers run with the harness flags (no gossip, mingle or h
 (3) Enqueue: ``.delay()`` calls/s from one thread.
 (4) Idle Redis commands/s with 4 and 16 idle workers (threads -c 4 each).
 (5) What a script call costs Redis before its first command: an empty script, and one that only
-    defines the helpers of ``_lib.lua``, each given the keys and arguments of an enqueue.
+    defines the library helpers (``scripts/lib``), each given the keys and arguments of an enqueue.
 (6) and (7): the exact commands of each script call, and the bytes of a pending job
     (``bench.script_cost``).
 """
@@ -243,19 +243,19 @@ def report_idle(server, quick: bool) -> bool:
 def report_script(server, quick: bool) -> None:
     from bench import app
     from celery_fairqueue.store import store_for
-    from celery_fairqueue.store.door import wire
-    from celery_fairqueue.store.lua import load_script
+    from celery_fairqueue.store.connection.door import wire
+    from celery_fairqueue.store.connection.lua import LIBRARY_END, load_script
 
     store = store_for(app.app)
     keys = store._keys_for("enqueue", [store.keys.queue("celery")])
     args = [wire(a) for a in store._enqueue_args(queue="celery", account="acct0", job_id="job",
                                                  envelope="x" * 900, job_key="key")]
     source = load_script("enqueue").source
-    helpers = source[:source.index("-- ---- end of _lib.lua ----")]
+    helpers = source[:source.index(LIBRARY_END)]
     calls = 5000 if quick else 20000
     print(f"\n(5) a script call's cost before its first command, {calls} calls given the "
           f"{len(keys) + len(args)} keys and arguments of an enqueue")
-    for name, body in (("empty script", "return 1"), ("_lib.lua helpers", helpers + "return 1")):
+    for name, body in (("empty script", "return 1"), ("library helpers", helpers + "return 1")):
         client = fresh(server, "fair")
         sha = client.script_load(body)
         client.config_resetstat()

@@ -15,8 +15,8 @@ import time
 
 from bench._common import message, redis_server
 from celery_fairqueue.settings import FairqueueSettings
-from celery_fairqueue.store.core import FairStore, open_store
-from celery_fairqueue.store.reshard import Resharder
+from celery_fairqueue.store import FairStore, open_store
+from celery_fairqueue.store.shards.reshard import Resharder
 from tests.harness.store_tools import ack_many, enqueue_many
 
 

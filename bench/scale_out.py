@@ -39,9 +39,11 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-from bench._common import SHARDS_ENV, STORE_URL_ENV, fresh, ratio, redis_server, workers
+from bench._common import fresh, ratio, redis_server, workers
+from bench.environment import SHARDS_ENV, STORE_URL_ENV
 from bench.redis_cost import Shape, commands_processed, cpu_phase, redis_cpu
-from celery_fairqueue.store.shards import account_shard, shard_tag
+from celery_fairqueue.store.formats.tags import shard_tag
+from celery_fairqueue.store.shards.placement import account_shard
 from tests.harness import RedisServer
 from tests.harness.redis_cluster import ClusterGroup
 

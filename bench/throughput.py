@@ -95,8 +95,8 @@ def claim_latencies(server, accounts: int, jobs: int, samples: int) -> tuple[lis
     from celery_fairqueue.limits import AccountLimit
     from celery_fairqueue.settings import FairqueueSettings
     from celery_fairqueue.store import FairStore
-    from celery_fairqueue.store.client import make_client
-    from celery_fairqueue.store.keys import Keys
+    from celery_fairqueue.store.connection.connect import make_client
+    from celery_fairqueue.store.formats.keys import Keys
     from tests.harness.store_tools import claim_jobs, enqueue_many
 
     client = server.client()

@@ -48,7 +48,7 @@ from .reports import (
 )
 from .settings import MAX_SHARDS, settings_for
 from .store import ConsoleReader, DeadLetters, StoreInspector, store_for
-from .store.reshard import Resharder, ReshardError, describe
+from .store.shards.reshard import Resharder, ReshardError, describe
 
 # -- the celery sub-command ------------------------------------------------------------------
 

@@ -1,4 +1,7 @@
-"""The exception family: one root, specific subclasses whose messages say what is wrong."""
+"""The exception family: one root, specific subclasses whose messages say what is wrong.
+
+Where Redis failures become these: ``store/connection/translate.py`` (``translate``), the one
+place every store command's error passes through."""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """Business-key idempotency: a job's key is the sha256 of who it is for and what it does (its
-markers, which guard the side effect, are in markers.py)."""
+markers, which guard the side effect, are in markers.py).
+
+Where it is decided: the dedupe of an enqueue by business key is ``store/scripts/enqueue.lua``;
+the started and done markers are written by ``store/scripts/lib/markers.lua`` (``mark_started``
+at the claim, ``mark_done`` at a successful ack)."""
 
 from __future__ import annotations
 

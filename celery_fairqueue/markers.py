@@ -12,7 +12,7 @@ from typing import Any
 from .errors import StoreUnavailableError
 from .protocol import LeaseTicket
 from .store import FairStore
-from .store.records import Marker
+from .store.formats.records import Marker
 
 logger = logging.getLogger(__name__)
 

@@ -6,6 +6,8 @@ exception or its ``.response``, as requests and httpx raise them). Permanent: ot
 permanent unless the policy says ``unknown="retry"``.
 The delay is full jitter, ``uniform(0, min(cap, base * 2**attempt))``; a ``Retry-After`` (seconds
 or an HTTP date, on the exception or the response headers) wins over it.
+
+Where it is decided: here (``RetryPolicy.verdict``), and acted on by the task (task.py).
 """
 
 from __future__ import annotations

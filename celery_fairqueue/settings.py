@@ -19,7 +19,8 @@ from .limits import AccountLimit
 DAY = 86400.0
 #: The statuses of finished jobs that fairqueue_record_retention keeps for a time.
 RETAINED_STATUSES = ("succeeded", "revoked", "failed", "dead")
-#: Most shards a store may have (store/shards.py spreads up to this many evenly over the slots).
+#: Most shards a store may have (store/formats/tags.py spreads up to this many evenly over the
+#: slots).
 MAX_SHARDS = 1024
 
 

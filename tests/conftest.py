@@ -11,9 +11,9 @@ import redis
 from celery_fairqueue import DeadLetters
 from celery_fairqueue.settings import FairqueueSettings
 from celery_fairqueue.store import FairStore
-from celery_fairqueue.store.client import make_client
-from celery_fairqueue.store.keys import Keys
-from celery_fairqueue.store.sharded import ShardedStore
+from celery_fairqueue.store.connection.connect import make_client
+from celery_fairqueue.store.formats.keys import Keys
+from celery_fairqueue.store.shards.sharded import ShardedStore
 
 pytest_plugins = ["tests.harness.fixtures"]
 

@@ -27,6 +27,7 @@ def _data_files() -> set[str]:
     """Package-relative paths (``celery_fairqueue/...``) of every file that must ship."""
     patterns = [
         "store/scripts/*.lua",
+        "store/scripts/lib/*.lua",
         "contrib/django/templates/**/*.html",
         "contrib/django/migrations/*.py",
         "py.typed",
@@ -85,6 +86,7 @@ def test_the_data_files_exist_in_the_repository():
     files = _data_files()
     assert "celery_fairqueue/py.typed" in files
     assert any(f.endswith("store/scripts/claim.lua") for f in files)
+    assert any(f.endswith("store/scripts/lib/rotation.lua") for f in files)
     assert any("/templates/admin/celery_fairqueue/" in f for f in files)
     assert "celery_fairqueue/contrib/django/migrations/0001_initial.py" in files
 

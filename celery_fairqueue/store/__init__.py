@@ -5,17 +5,13 @@ as :class:`~celery_fairqueue.errors.StoreUnavailableError` (``StoreFullError`` f
 account ids go in and come out decoded.
 """
 
-from .client import display_url
-from .console import REASONS, ConsoleReader, LiveJob, QueueState, WorkerInfo
-from .core import FairStore, store_for
-from .dead_letters import DeadLetter, DeadLetterNotFound, DeadLetters
-from .events import RECORDER_GROUP, EventReader, Leadership
-from .fleet import WorkerRegistration
-from .jobs import Claim, EnqueueResult
-from .keys import Keys, QueueKeys
-from .leases import GIVE_BACK_SECONDS, Lease, LeaseHolder
-from .operator import OperatorPause
-from .views import (
+from .connection.translate import display_url
+from .formats.dead_letter import DeadLetter
+from .formats.keys import Keys, QueueKeys
+from .readers.console import REASONS, ConsoleReader, LiveJob, QueueState, WorkerInfo
+from .readers.dead_letters import DeadLetterNotFound, DeadLetters
+from .readers.events import RECORDER_GROUP, EventReader, Leadership
+from .readers.views import (
     AccountPage,
     AccountRow,
     DeferredAccount,
@@ -24,7 +20,13 @@ from .views import (
     StoreInspector,
     StoreStatus,
 )
-from .wakeups import WakeSubscription
+from .readers.wakeups import WakeSubscription
+from .shards.opening import open_store, store_for
+from .shards.shard import FairStore
+from .writers.fleet import WorkerRegistration
+from .writers.jobs import Claim, EnqueueResult
+from .writers.leases import GIVE_BACK_SECONDS, Lease, LeaseHolder
+from .writers.operator import OperatorPause
 
 __all__ = [
     "GIVE_BACK_SECONDS",
@@ -57,5 +59,6 @@ __all__ = [
     "WorkerInfo",
     "WorkerRegistration",
     "display_url",
+    "open_store",
     "store_for",
 ]

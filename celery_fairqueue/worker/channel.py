@@ -1,6 +1,6 @@
 """The kombu side of a lease: a claimed job becomes the message Celery would have received from
 the broker, whose channel is the lease itself, so Celery's ack, reject and requeue of it settle
-the lease (see store/leases.py)."""
+the lease (see store/writers/leases.py)."""
 
 from __future__ import annotations
 

@@ -102,13 +102,13 @@ class DelayedJobs:
 
     @classmethod
     def of(cls, consumer: Any) -> DelayedJobs | None:
-        """The delayed jobs of ``consumer``'s fair step (None: not a fair worker)."""
-        from .step import FairConsumerStep
-
-        for step in getattr(consumer, "steps", None) or ():
-            if isinstance(step, FairConsumerStep) and step.dispatcher is not None:
-                return cls(consumer, step.dispatcher.queues, step.dispatcher.token)
-        return None
+        """The delayed jobs of ``consumer``'s fair step (None: not a fair worker). The step
+        sets ``consumer.fairqueue_dispatcher`` when it starts, as Celery's own steps set
+        theirs (``consumer.heart``, ``consumer.gossip``)."""
+        dispatcher = getattr(consumer, "fairqueue_dispatcher", None)
+        if dispatcher is None:
+            return None
+        return cls(consumer, dispatcher.queues, dispatcher.token)
 
     def reported_queues(self) -> list[str]:
         """The queues whose delayed jobs this worker lists: those it consumes whose first live

@@ -24,10 +24,9 @@ from celery.worker import state as worker_state
 
 from ..errors import FairqueueError, StoreLayoutError
 from ..settings import settings_for
-from ..store import GIVE_BACK_SECONDS, Lease, WorkerRegistration, display_url
-from ..store.core import open_store
-from ..store.leases import lost_before_settled
-from ..store.upgrade import require_current_layout
+from ..store import GIVE_BACK_SECONDS, Lease, WorkerRegistration, display_url, open_store
+from ..store.writers.leases import lost_before_settled
+from ..store.writers.upgrade import require_current_layout
 from .channel import lease_message, read_envelope
 from .outage import Outage
 from .wakeups import Wakeups
@@ -201,8 +200,8 @@ class FairDispatcher:
             self._claim_at(claim.next_due)
 
     def _check_layout(self) -> bool:
-        """Whether the store's layout is this version's (store/upgrade.py), asked once before
-        the first claim, which adopts the previous layout's idempotency records; False while
+        """Whether the store's layout is this version's (store/writers/upgrade.py), asked once
+        before the first claim, which adopts the previous layout's idempotency records; False while
         the store cannot be reached (the next claim asks again). Raises StoreLayoutError while
         the store holds jobs of the previous layout."""
         try:

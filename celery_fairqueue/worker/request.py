@@ -1,6 +1,6 @@
 """The request class of fair tasks: Celery's own, minus the eta wait (the store waited), settling
-the job's lease (its message's channel, see store/leases.py) as Celery settles a message, plus
-one outcome Celery does not have.
+the job's lease (its message's channel, see store/writers/leases.py) as Celery settles a
+message, plus one outcome Celery does not have.
 
 A fair task whose run could not write to the fair store (its started marker, its retry, its dead
 letter) raises :class:`~celery_fairqueue.task.GiveBack`, a ``Reject(requeue=True)``. Celery would

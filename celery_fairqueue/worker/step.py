@@ -48,6 +48,7 @@ class FairConsumerStep(bootsteps.StartStopStep):
     def start(self, c: Any) -> None:
         if self.dispatcher is None:
             self.dispatcher = FairDispatcher(c)
+            c.fairqueue_dispatcher = self.dispatcher  # for the inspect commands (control.py)
         self.dispatcher.start()
 
     def stop(self, c: Any) -> None:

@@ -12,7 +12,7 @@ from celery import Celery
 import celery_fairqueue
 from celery_fairqueue import FairTask
 from celery_fairqueue.protocol import delivery_id
-from celery_fairqueue.store.keys import Keys
+from celery_fairqueue.store.formats.keys import Keys
 from tests.apps._config import fair_test_conf
 from tests.harness import REDIS_URL_ENV, record_side_effect
 

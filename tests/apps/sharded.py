@@ -10,7 +10,7 @@ from celery import Celery
 import celery_fairqueue
 from celery_fairqueue import FairTask
 from celery_fairqueue.store import FairStore, Keys, store_for
-from celery_fairqueue.store.shards import account_shard
+from celery_fairqueue.store.shards.placement import account_shard
 from tests.apps._config import fair_test_conf
 from tests.harness import REDIS_URL_ENV
 

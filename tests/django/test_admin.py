@@ -15,8 +15,8 @@ from celery_fairqueue import DeadLetters, get_account_limit
 from celery_fairqueue.contrib.django.models import AccountLimit, Attempt, Job
 from celery_fairqueue.settings import settings_for
 from celery_fairqueue.store import FairStore, store_for
-from celery_fairqueue.store.client import make_client
-from celery_fairqueue.store.keys import Keys
+from celery_fairqueue.store.connection.connect import make_client
+from celery_fairqueue.store.formats.keys import Keys
 from tests.harness import free_port, wait_until
 
 pytestmark = pytest.mark.django_db

@@ -1,6 +1,6 @@
 """One name for a dead letter everywhere: every command of both command lines, the admin's
 dead-letter actions and its letter links take the letter's id, the Celery task id and the
-worker log's ``task.name[task id]`` (store/letter_names.py), on a real redis-server."""
+worker log's ``task.name[task id]`` (store/readers/letter_names.py), on a real redis-server."""
 
 import html
 import re

@@ -17,8 +17,8 @@ from celery_fairqueue.contrib.django.models import Job
 from celery_fairqueue.metrics import make_registry, start_metrics_server
 from celery_fairqueue.settings import settings_for
 from celery_fairqueue.store import EventReader, FairStore, store_for
-from celery_fairqueue.store.client import make_client
-from celery_fairqueue.store.keys import Keys
+from celery_fairqueue.store.connection.connect import make_client
+from celery_fairqueue.store.formats.keys import Keys
 from tests.harness import free_port
 
 

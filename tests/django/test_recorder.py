@@ -31,7 +31,7 @@ from celery_fairqueue.contrib.django.recorder import NO_OUTCOME, Recorder
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.protocol import MAX_ID_LENGTH
 from celery_fairqueue.store import store_for
-from celery_fairqueue.store.keys import encode_id
+from celery_fairqueue.store.formats.keys import encode_id
 from tests.django.conftest import listen
 from tests.harness import REDIS_URL_ENV, wait_until
 from tests.harness.store_tools import claim_jobs

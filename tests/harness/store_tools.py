@@ -5,8 +5,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from celery_fairqueue.store import EnqueueResult, FairStore, Lease
-from celery_fairqueue.store.records import JobRecord
-from celery_fairqueue.store.shards import account_shard
+from celery_fairqueue.store.formats.records import JobRecord
+from celery_fairqueue.store.shards.placement import account_shard
 
 
 def enqueue_many(store: FairStore, jobs: Iterable[dict[str, Any]], chunk: int = 1000

@@ -8,7 +8,7 @@ import pytest
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.reasons import reason_text
 from celery_fairqueue.store import ConsoleReader, FairStore, StoreInspector, WorkerRegistration
-from celery_fairqueue.store.records import JobRecord, ReadyMember
+from celery_fairqueue.store.formats.records import JobRecord, ReadyMember
 from tests.harness import wait_until
 from tests.harness.store_tools import claim_jobs
 
@@ -373,7 +373,7 @@ def test_hostile_queue_names_pause_and_resume_through_the_encoding(store, queue)
 def test_the_claim_records_why_it_deferred_an_account_and_clears_it_when_it_runs(store):
     """The reason and until when are written where the claim decides them (claim.lua) and the
     console reads them; the record goes when the account runs again."""
-    from celery_fairqueue.store.records import Deferral
+    from celery_fairqueue.store.formats.records import Deferral
     live(store)
     store.set_limit("acme", AccountLimit(rate="1/s", burst=1))
     for n in range(2):
@@ -405,7 +405,7 @@ def test_the_heads_walk_finds_every_accounts_first_job(store, monkeypatch, page,
     """The walk of the ready set (pages of ``page`` members, jumping past each page's last
     account) and the account-by-account reads it falls back to after ``patience`` thin
     pages find the same heads, also of accounts whose ids begin with another's."""
-    from celery_fairqueue.store import heads
+    from celery_fairqueue.store.readers import heads
 
     monkeypatch.setattr(heads, "WALK_PAGE", page)
     monkeypatch.setattr(heads, "WALK_PATIENCE", patience)

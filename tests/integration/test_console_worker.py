@@ -6,7 +6,7 @@ import pytest
 import celery_fairqueue
 from celery_fairqueue.reasons import reason_text
 from celery_fairqueue.store import StoreInspector
-from celery_fairqueue.store.records import JobRecord
+from celery_fairqueue.store.formats.records import JobRecord
 from tests.harness import wait_until
 
 APP = "tests.apps.fair"

@@ -1,7 +1,7 @@
 """An enqueue that raised is never stored: ``EnqueueError`` means "not stored".
 
 The enqueue carries its producer's deadline on Redis's clock and its script stores nothing past
-it; the producer raises only once the deadline has passed there (store/deadline.py).
+it; the producer raises only once the deadline has passed there (store/connection/deadline.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from celery import Celery
 import celery_fairqueue
 from celery_fairqueue import FairTask, StoreUnavailableError
 from celery_fairqueue.store import store_for
-from celery_fairqueue.store.deadline import RedisClock
+from celery_fairqueue.store.connection.deadline import RedisClock
 
 ENQUEUE_TIMEOUT = 1.0
 ROUNDS = 50

@@ -25,7 +25,7 @@ from celery_fairqueue.envelope import Envelope
 from celery_fairqueue.protocol import MAX_ID_LENGTH, EventType
 from celery_fairqueue.reports import replay_each
 from celery_fairqueue.store import EventReader, store_for
-from celery_fairqueue.store.records import JobRecord
+from celery_fairqueue.store.formats.records import JobRecord
 from celery_fairqueue.testing import run_fair_jobs
 from tests.harness import free_port
 

@@ -16,10 +16,10 @@ import pytest
 from celery_fairqueue.errors import ShardCountError
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.settings import FairqueueSettings
-from celery_fairqueue.store.core import open_store
-from celery_fairqueue.store.keys import Keys
-from celery_fairqueue.store.reshard import Resharder, ReshardError
-from celery_fairqueue.store.shards import account_shard
+from celery_fairqueue.store import open_store
+from celery_fairqueue.store.formats.keys import Keys
+from celery_fairqueue.store.shards.placement import account_shard
+from celery_fairqueue.store.shards.reshard import Resharder, ReshardError
 from tests.harness import REDIS_URL_ENV, wait_until
 
 APP = "tests.apps.resharding"

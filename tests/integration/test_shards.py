@@ -7,7 +7,7 @@ from celery_fairqueue.errors import ShardCountError
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.protocol import delivery_id
 from celery_fairqueue.store import FairStore, WorkerRegistration
-from celery_fairqueue.store.shards import account_shard
+from celery_fairqueue.store.shards.placement import account_shard
 
 from .conftest import put
 

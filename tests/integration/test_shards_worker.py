@@ -6,7 +6,7 @@ from collections.abc import Iterator
 import pytest
 
 from celery_fairqueue.store import store_for
-from celery_fairqueue.store.shards import account_shard
+from celery_fairqueue.store.shards.placement import account_shard
 from tests.harness import WorkerProcess, wait_until
 
 APP = "tests.apps.fair"

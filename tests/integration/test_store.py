@@ -7,7 +7,7 @@ import pytest
 from celery_fairqueue.errors import BacklogFullError
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.store import FairStore, WorkerRegistration
-from celery_fairqueue.store.records import ReadyMember
+from celery_fairqueue.store.formats.records import ReadyMember
 from tests.harness.store_tools import ack_many, claim_jobs, enqueue_many
 
 from .conftest import put

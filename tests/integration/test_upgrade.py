@@ -1,6 +1,7 @@
-"""Upgrading a store from the layout before job records (issue 24, store/upgrade.py): a worker
-does not start while that layout holds jobs (the previous version's workers drain them), and
-the idempotency of business keys carries over, so a key done before the upgrade still dedupes.
+"""Upgrading a store from the layout before job records (issue 24, store/writers/upgrade.py):
+a worker does not start while that layout holds jobs (the previous version's workers drain
+them), and the idempotency of business keys carries over, so a key done before the upgrade still
+dedupes.
 
 The old layout is written here by hand, as the previous version's scripts wrote it (see
 ``git show 423730e:celery_fairqueue/store/scripts/enqueue.lua``)."""
@@ -16,8 +17,8 @@ from celery_fairqueue.errors import StoreLayoutError
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.protocol import delivery_id
 from celery_fairqueue.store import EnqueueResult, FairStore, Lease
-from celery_fairqueue.store.keys import encode_id
-from celery_fairqueue.store.upgrade import (
+from celery_fairqueue.store.formats.keys import encode_id
+from celery_fairqueue.store.writers.upgrade import (
     adopt_legacy_idempotency,
     legacy_jobs,
     require_current_layout,

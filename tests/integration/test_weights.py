@@ -1,5 +1,5 @@
 """Weighted fair share in the claim, on a real redis-server: start-time fair queueing over
-virtual tags (claim.lua, join_rotation in _lib.lua)."""
+virtual tags (claim.lua, join_rotation in lib/rotation.lua)."""
 
 import dataclasses
 import json
@@ -11,9 +11,8 @@ import pytest
 from celery_fairqueue import set_account_limit
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.settings import settings_for
-from celery_fairqueue.store import FairStore
-from celery_fairqueue.store.core import open_store
-from celery_fairqueue.store.shards import account_shard
+from celery_fairqueue.store import FairStore, open_store
+from celery_fairqueue.store.shards.placement import account_shard
 from tests.harness import wait_until
 from tests.harness.store_tools import claim_jobs, enqueue_many, place_accounts
 

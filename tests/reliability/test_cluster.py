@@ -26,11 +26,14 @@ from redis.cluster import key_slot
 
 from celery_fairqueue import ConfigurationError, StoreUnavailableError
 from celery_fairqueue.settings import FairqueueSettings
-from celery_fairqueue.store import FairStore
-from celery_fairqueue.store.cluster import MIN_REDIS_PY, StoreClusterClient, parse_cluster_url
-from celery_fairqueue.store.core import open_store
-from celery_fairqueue.store.keys import Keys
-from celery_fairqueue.store.shards import account_shard
+from celery_fairqueue.store import FairStore, open_store
+from celery_fairqueue.store.connection.cluster import (
+    MIN_REDIS_PY,
+    StoreClusterClient,
+    parse_cluster_url,
+)
+from celery_fairqueue.store.formats.keys import Keys
+from celery_fairqueue.store.shards.placement import account_shard
 from tests.harness import wait_until
 from tests.harness.producer import Producer
 from tests.harness.redis_cluster import ClusterGroup

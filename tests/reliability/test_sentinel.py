@@ -27,8 +27,9 @@ from redis.sentinel import SentinelManagedSSLConnection
 from celery_fairqueue import ConfigurationError, StoreUnavailableError
 from celery_fairqueue.settings import FairqueueSettings
 from celery_fairqueue.store import FairStore
-from celery_fairqueue.store.client import MASTER_CHECK_SECONDS, StoreClient
-from celery_fairqueue.store.keys import Keys
+from celery_fairqueue.store.connection.client import StoreClient
+from celery_fairqueue.store.connection.sentinel import MASTER_CHECK_SECONDS
+from celery_fairqueue.store.formats.keys import Keys
 from tests.harness import free_port, tail, wait_until
 from tests.harness.processes import _die_with_parent
 from tests.harness.producer import Producer

@@ -1,9 +1,9 @@
-"""The workers' choice of a shard (store/chooser.py), on its own: claims are simulated by
+"""The workers' choice of a shard (store/shards/chooser.py), on its own: claims are simulated by
 telling the chooser what each one leased and left runnable."""
 
 from collections import Counter
 
-from celery_fairqueue.store.chooser import ShardChooser
+from celery_fairqueue.store.shards.chooser import ShardChooser
 
 POLL = 0.05
 

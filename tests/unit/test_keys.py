@@ -2,7 +2,7 @@
 
 import pytest
 
-from celery_fairqueue.store.keys import (
+from celery_fairqueue.store.formats.keys import (
     GLOBAL_KEY_NAMES,
     MAX_ID_LENGTH,
     Keys,

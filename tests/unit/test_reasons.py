@@ -8,9 +8,9 @@ from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.reasons import reason_text
 from celery_fairqueue.states import DeferReason, Reason
 from celery_fairqueue.store import QueueState
-from celery_fairqueue.store.console import explain
-from celery_fairqueue.store.operator import OperatorPause
-from celery_fairqueue.store.records import Deferral
+from celery_fairqueue.store.formats.records import Deferral
+from celery_fairqueue.store.readers.console import explain
+from celery_fairqueue.store.writers.operator import OperatorPause
 
 NOW = 1_700_000_000.0
 

@@ -1,5 +1,5 @@
-"""The codec of what the fair store holds (store/records.py): every format reads back what it
-built, for any id a user can send (spaces, "|", lone surrogates, 10 KB)."""
+"""The codec of what the fair store holds (store/formats/records.py): every format reads back
+what it built, for any id a user can send (spaces, "|", lone surrogates, 10 KB)."""
 
 import json
 
@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celery_fairqueue.protocol import MAX_ID_LENGTH, NO_JOB_KEY, normalize_id
-from celery_fairqueue.store.keys import encode_id, encode_job_key
-from celery_fairqueue.store.records import (
+from celery_fairqueue.store.formats.keys import encode_id, encode_job_key
+from celery_fairqueue.store.formats.records import (
     Bucket,
     DeadRecord,
     Deferral,
@@ -94,7 +94,7 @@ def test_bucket_refills_at_its_rate_up_to_its_burst():
 @settings(max_examples=200, deadline=None)
 @given(job_ids, st.one_of(st.none(), st.text(max_size=50), st.just("é" * 10_000)))
 def test_marker_external_ids_come_back_exactly(job_id, external_id):
-    # write_marker's JSON, as _lib.lua splices the literal records.py makes
+    # write_marker's JSON, as lib/records.lua splices the literal records.py makes
     tail = marker_external_id(external_id)
     raw = ('{"state":"done","job_id":' + json.dumps(job_id) + ',"at":12.5' +
            (',"external_id":' + tail if tail else "") + "}")

@@ -7,9 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from celery_fairqueue.store.chooser import ShardChooser
-from celery_fairqueue.store.keys import Keys
-from celery_fairqueue.store.shards import account_shard, jump_hash, shard_tag
+from celery_fairqueue.store.formats.keys import Keys
+from celery_fairqueue.store.formats.tags import shard_tag
+from celery_fairqueue.store.shards.chooser import ShardChooser
+from celery_fairqueue.store.shards.placement import account_shard, jump_hash
 
 
 def test_jump_hash_gives_the_published_buckets():

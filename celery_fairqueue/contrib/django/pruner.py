@@ -23,7 +23,7 @@ from django.db.models import Q
 
 from ...settings import RETAINED_STATUSES, settings_for
 from ...store import store_for
-from ...store.retention import count_pruned, held_jobs
+from ...store.readers.retention import count_pruned, held_jobs
 from .columns import from_column
 from .models import Attempt, Job
 

@@ -63,8 +63,7 @@ from django.db import (
 from ...errors import StoreUnavailableError
 from ...protocol import Event
 from ...settings import settings_for
-from ...store import EventReader, Leadership
-from ...store.core import open_store
+from ...store import EventReader, Leadership, open_store
 from . import writer
 from .fold import NO_OUTCOME, Fold
 from .models import Job

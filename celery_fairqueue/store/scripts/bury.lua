@@ -6,6 +6,7 @@
 -- ARGV: [1] job_id, [2] reason, [3] the worker's record (JSON made by Python: task, account,
 --       args, kwargs, attempts, error, traceback, ...), kept as is.
 -- Returns 1.
+-- include: keys records leases
 local job_id, reason, record = ARGV[1], ARGV[2], ARGV[3]
 store_dead(job_id, reason, record, now_seconds(), read_job(job_id))
 return 1

@@ -4,6 +4,7 @@
 -- KEYS: global keys, then the keys of the job's queue.
 -- ARGV: [1] job_id.
 -- Returns 1 cancelled, 0 not in the store, 2 leased (running).
+-- include: keys events records markers rotation
 local job_id = ARGV[1]
 local job = read_job(job_id)
 if not job then

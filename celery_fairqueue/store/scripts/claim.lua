@@ -1,6 +1,6 @@
 -- claim: settle the jobs the worker finished, then lease up to N jobs, one account at a time in
 -- rotation, skipping accounts over a limit. One call per turn of the worker: its acks ride along.
--- The rotation is start-time fair queueing (join_rotation in _lib.lua): the account with the
+-- The rotation is start-time fair queueing (join_rotation in lib/rotation.lua): the account with the
 -- lowest virtual tag goes next, and its tag moves on by VIRTUAL_TURN / weight, so backlogged
 -- accounts get turns in proportion to their weights (all weights 1: plain round robin, ties
 -- taken in account order). An account deferred by its limit or paused gives its turn away and
@@ -13,7 +13,7 @@
 --       a job is dead-lettered as poison, [8] index of the queue to start with (1-based),
 --       [9] how many of the queues to claim from, [10] done-key retention in seconds, [11] n
 --       acks, then n times: queue index, job_id, business key as stored ("-": none), "1" if it
---       succeeded (see ack_job in _lib.lua).
+--       succeeded (see ack_job in lib/leases.lua).
 -- Returns a flat list: seconds until the next deferred account or delayed job is due (-1: none),
 -- the list of acked job ids whose lease was lost, the runnable weight of the queues claimed from
 -- (in a sharded store, else 0: see join_rotation), then per job: queue index, job_id, envelope,
@@ -28,6 +28,7 @@
 -- account's next turn, ZADD of its lease, SET of its marker, XADD); an ack riding along 3 to 5
 -- (HGET and HDEL of its record, ZREM of its lease; after a success, SET of the key's done
 -- marker and XADD). An account with a concurrency cap adds its running count to both.
+-- include: keys events records markers limits rotation leases
 local want, lease, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 -- the store's one default limit (set_default_limit.lua), not this worker's own setting
 local stored_default = redis.call('HGET', K_LIMITS, '*')
@@ -154,7 +155,7 @@ local function defer(qk, account, reason, wake)
 end
 
 -- The account runs as many jobs as its cap allows: out of the rotation until one ends
--- (release_running in _lib.lua brings it back).
+-- (release_running in lib/leases.lua brings it back).
 local function hold_at_cap(qk, account)
   redis.call('HSET', qk.state, account, 'c')
   record_deferral(qk, account, 'concurrency_cap', nil)

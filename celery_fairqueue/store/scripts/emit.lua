@@ -3,5 +3,6 @@
 -- KEYS: global keys, then the event stream.
 -- ARGV: field, value, field, value, ... ("at" is added, in server time).
 -- Returns 1 when recorded, 0 when no recorder listens.
+-- include: keys events
 emit('at', now_seconds(), unpack(ARGV))
 return recording and 1 or 0

@@ -14,7 +14,7 @@
 --       claim drops it then, without a slot or a token, [15] the producer's deadline (epoch
 --       seconds on Redis's clock; "" or absent: none): a call that runs later stores nothing
 --       (it still says whether the delivery is stored: the producer's check), since its
---       producer has raised or will (store/deadline.py), [16] while a reshard moves the store,
+--       producer has raised or will (store/connection/deadline.py), [16] while a reshard moves the store,
 --       the shard the account moves to, else "" or absent (see below).
 -- Returns {status, job_id}: status 1 ready, 2 delayed, 0 already stored (job_id is the existing
 -- one), 3 the dead letter to replay is gone (replayed or purged already), 4 the account has
@@ -24,6 +24,7 @@
 -- HSETNX, SET, ZLEXCOUNT, HINCRBY of the enqueued counter, ZADD, and XADD or, when the caller
 -- has not seen the recorder's stream, EXISTS); in a sharded store, one more (HGET of the moved
 -- accounts).
+-- include: keys events records rotation shards
 local job_id, account, queue, envelope = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local due, job_key, dedupe = tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local replays, max_ready, max_jobs = ARGV[10], tonumber(ARGV[11]), tonumber(ARGV[12])
@@ -44,7 +45,7 @@ end
 if deadline and now > deadline then
   return stored_or(6)
 end
--- a reshard (store/reshard.py): an account moved away from this shard is enqueued on the shard
+-- a reshard (store/shards/reshard.py): an account moved away from this shard is enqueued on the shard
 -- it moved to (status 7, that shard's index). While the store moves, the caller says where the
 -- account goes ([16]): one that holds nothing here that the job depends on (ready or delayed
 -- jobs in any queue, jobs running under a cap, the job's own delivery or business key, a limit,

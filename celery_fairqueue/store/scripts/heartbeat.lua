@@ -6,8 +6,9 @@
 --       [5] an instance id to create should there be none, [6..] job ids.
 -- Returns {the ids whose lease this worker no longer owns (they were reaped), the store's
 -- instance id, the number of registered workers}.
+-- include: keys leases fleet
 local lost = extend_leases(ARGV[1], tonumber(ARGV[2]), 6)
-if ARGV[3] ~= '' then  -- "": a shard other than the home one (store/sharded.py)
+if ARGV[3] ~= '' then  -- "": a shard other than the home one (store/shards/sharded.py)
   renew_registration(ARGV[1], ARGV[3], tonumber(ARGV[4]), now_seconds())
 end
 local instance = redis.call('SET', K_INSTANCE, ARGV[5], 'NX', 'GET') or ARGV[5]

@@ -1,12 +1,13 @@
 -- mark: write a business key's idempotency marker outside a claim (a task that reconciles, or
 -- records its external id, or runs outside the fair store), in one atomic step; the claim and
--- its acks write theirs through the same helpers (make_marker in _lib.lua).
+-- its acks write theirs through the same helpers (make_marker in lib/records.lua).
 -- KEYS: global keys only.
 -- ARGV: [1] business key as stored (encoded), [2] job_id, [3] "started" or "done", [4] the
 --       external id as a JSON string literal, or "" (records.marker_external_id), [5] done-key
 --       retention in seconds.
 -- A done marker is kept for the retention from now.
 -- Returns 1.
+-- include: keys records
 local job_key, job_id, state, external = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local key = key_of(job_key)
 -- the marker keeps the account the enqueue and the claim wrote in it (for a reshard)

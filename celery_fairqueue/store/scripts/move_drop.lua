@@ -1,9 +1,10 @@
--- move_drop: a reshard (store/reshard.py) drops from the shard an account moves to the copied
+-- move_drop: a reshard (store/shards/reshard.py) drops from the shard an account moves to the copied
 -- jobs that left the old shard before move_out (cancelled, expired): still paused there, none
 -- of them ran. A pending marker they held goes with them (free_key).
 -- KEYS: global keys.
 -- ARGV: the job ids.
 -- Returns how many it dropped.
+-- include: keys records markers rotation
 local dropped = 0
 for _, job_id in ipairs(ARGV) do
   local job = read_job(job_id)

@@ -1,4 +1,4 @@
--- move_in: a reshard (store/reshard.py) copies an account's waiting jobs and its state to the
+-- move_in: a reshard (store/shards/reshard.py) copies an account's waiting jobs and its state to the
 -- shard it moves to. Idempotent: a rerun copies the same again. The copied reshard pause holds
 -- the account here until move_out has taken its jobs off the old shard (then it is resumed).
 -- KEYS: global keys.
@@ -8,6 +8,7 @@
 --       there before any job; jobs (job id, record, due time or "" when ready); sorted set
 --       members (key name, member, score); strings (key name, value, ms to live or 0).
 -- Returns the number of jobs it stored anew.
+-- include: keys records rotation
 local tag = string.sub(K_RECORDS, 1, -8)
 local account, late = ARGV[1], ARGV[2] == '1'
 local at, stored = 3, 0

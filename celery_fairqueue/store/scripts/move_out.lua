@@ -1,4 +1,4 @@
--- move_out: a reshard (store/reshard.py) takes an account off the shard it left, once move_in
+-- move_out: a reshard (store/shards/reshard.py) takes an account off the shard it left, once move_in
 -- copied it: the copied jobs go, and, when nothing changed here since the copy (a new job, a
 -- marker or a limit written since), the copied state goes too and the account is marked moved
 -- ("m n"): from then on this shard's enqueue sends its producers to shard n.
@@ -8,6 +8,7 @@
 --       the strings copied (key name, value as copied); the sorted set members copied (key
 --       name, member).
 -- Returns {1 moved, or 0 copy again, the copied job ids no longer here (to drop on shard n)}.
+-- include: keys records rotation
 local tag = string.sub(K_RECORDS, 1, -8)
 local account, to = ARGV[1], ARGV[2]
 local at = 3

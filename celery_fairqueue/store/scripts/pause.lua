@@ -4,6 +4,7 @@
 -- ARGV: [1] the pause's field in pauses (see keys.Keys.pauses), [2] who paused, [3] why.
 -- Returns the pause as stored (JSON with by, at in Redis server time, reason); pausing again
 -- keeps the first pause's author and time.
+-- include: keys
 local field, by, reason = ARGV[1], ARGV[2], ARGV[3]
 local existing = redis.call('HGET', K_PAUSES, field)
 if existing then

@@ -5,6 +5,7 @@
 -- KEYS: global keys only.
 -- ARGV: [1] n, then n dead letter ids, then the n business keys of those letters ("-": none).
 -- Returns the number of letters deleted.
+-- include: keys records
 local n = tonumber(ARGV[1])
 local purged = 0
 local function task_of(id)

@@ -4,6 +4,7 @@
 -- KEYS: global keys, then the keys of every known fair queue.
 -- ARGV: [1] batch size.
 -- Returns the number of jobs returned to ready.
+-- include: keys events records rotation leases fleet
 local batch = tonumber(ARGV[1])
 local now = now_seconds()
 sweep_registry(now)

@@ -3,6 +3,7 @@
 -- ARGV: [1] worker id (its lease token), [2] JSON of name, queues, slots, [3] seconds the
 --       registration lives without another beat, or a negative number to leave the registry.
 -- Returns the heartbeat's time (Redis server time).
+-- include: keys fleet
 local now = now_seconds()
 sweep_registry(now)
 renew_registration(ARGV[1], ARGV[2], tonumber(ARGV[3]), now)

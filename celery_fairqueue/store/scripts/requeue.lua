@@ -2,6 +2,7 @@
 -- KEYS: global keys, then the keys of the job's queue.
 -- ARGV: [1] job_id, [2] owner token.
 -- Returns 1, or 0 when the lease was no longer this worker's.
+-- include: keys events records rotation leases
 local job_id, token = ARGV[1], ARGV[2]
 local job = leased_job(job_id, token)
 if not job then

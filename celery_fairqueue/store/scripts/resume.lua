@@ -4,6 +4,7 @@
 -- KEYS: global keys, then the keys of every known fair queue.
 -- ARGV: [1] the pause's field in pauses, [2] the account (encoded), or "" for a queue's pause.
 -- Returns 1 when the pause existed, else 0.
+-- include: keys rotation
 local field, account = ARGV[1], ARGV[2]
 local existed = redis.call('HDEL', K_PAUSES, field)
 if account ~= '' then

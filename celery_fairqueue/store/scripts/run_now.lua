@@ -3,6 +3,7 @@
 -- KEYS: global keys, then the keys of the job's queue.
 -- ARGV: [1] job_id.
 -- Returns 1 made ready, 0 not delayed (ready, running or not in the store).
+-- include: keys events records rotation
 local job_id = ARGV[1]
 local job = read_job(job_id)
 if not job then

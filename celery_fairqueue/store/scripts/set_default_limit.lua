@@ -7,6 +7,7 @@
 -- ARGV: [1] the limit as configured (JSON), [2] packed (limits.AccountLimit.pack),
 --       [3] "1" to set it only when the store has none.
 -- Returns the default as the store holds it after the call (JSON).
+-- include: keys leases
 local existing = redis.call('GET', K_DEFAULTLIMIT)
 if existing and ARGV[3] == '1' then
   return existing

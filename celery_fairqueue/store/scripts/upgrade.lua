@@ -1,6 +1,6 @@
 -- upgrade: adopt the idempotency records of the layout before job records into key
 -- strings, a batch a call, then delete them and that layout's leftovers that hold no job; only
--- while that layout holds no job (its workers drained it first: see store/upgrade.py).
+-- while that layout holds no job (its workers drained it first: see store/writers/upgrade.py).
 -- KEYS: global keys, then the keys of the layout before records (keys.Keys.legacy): meta (hash
 --       job_id -> "queue account seq job_key[ expires]", its jobs), markers (hash business key
 --       -> marker JSON), done (sorted set business key -> time its job finished), jobkeys (hash
@@ -19,6 +19,7 @@
 -- Returns {-1, jobs, 0} while the old layout holds jobs (nothing is changed), {0, cursor,
 -- adopted} while there is more (call again with the cursor), {1, '0', adopted} once the old
 -- records are gone; ``adopted``: the key strings this call wrote.
+-- include: keys records
 local OLD_META, OLD_MARKERS = KEYS[NGLOBAL + 1], KEYS[NGLOBAL + 2]
 local OLD_DONE, OLD_JOBKEYS = KEYS[NGLOBAL + 3], KEYS[NGLOBAL + 4]
 local retention, batch, cursor = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]

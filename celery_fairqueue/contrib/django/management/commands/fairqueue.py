@@ -52,7 +52,7 @@ from celery_fairqueue.reports import (
 )
 from celery_fairqueue.settings import settings_for
 from celery_fairqueue.store import ConsoleReader, DeadLetters, StoreInspector, store_for
-from celery_fairqueue.store.reshard import Resharder, ReshardError, describe
+from celery_fairqueue.store.shards.reshard import Resharder, ReshardError, describe
 from celery_fairqueue.tables import duration, render
 
 USER_HELP = ("Act as this user, who must hold the permission {perm} (as in the admin); the "

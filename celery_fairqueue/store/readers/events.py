@@ -1,0 +1,163 @@
+"""The event stream: every state transition of a fair job, for the recorder to store.
+
+Transitions (protocol.EventType) are appended to the Redis stream ``{prefix}:events`` (in a
+store of shards, to each shard's, ``{tag}:events``, by the jobs of its accounts) by the
+store's scripts and by the task itself, only once a recorder has created the stream, so nothing
+piles up where nobody records. The recorder reads it through a consumer group and acknowledges
+what it has written, so a recorder (or database) that is down catches up where it stopped. The
+field names are protocol.EVENT_FIELDS; entries are read as protocol.Event.
+
+One recorder leads at a time, holding a Redis lock (:class:`Leadership`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from redis.exceptions import LockError
+
+from ...errors import StoreUnavailableError
+from ...protocol import Event
+from ..shards.merged import per_shard
+from ..shards.shard import FairStore
+
+RECORDER_GROUP = "fairqueue-recorder"
+
+__all__ = ["RECORDER_GROUP", "Event", "EventReader", "Leadership"]
+
+
+class EventReader:
+    """A consumer of the event streams in the recorder's group: one stream per shard, each
+    written by the scripts and tasks of its accounts' jobs, so a job's events are in order in
+    its account's stream, which is all that applying them needs (the recorder)."""
+
+    def __init__(self, store: FairStore, consumer: str, group: str = RECORDER_GROUP) -> None:
+        self.store = store
+        self.client = store.client
+        self.streams = [shard.keys.events for shard in store.shards]
+        self.group = group
+        self.consumer = consumer
+        self._pending_after: dict[str, str] = {}  # stream -> the last pending entry read
+        self.rewind()
+
+    @property
+    def stream(self) -> str:
+        """The home shard's stream (the only one of a store of one shard)."""
+        return self.streams[0]
+
+    def ensure_group(self) -> None:
+        """Create the streams and the group on each; from then on transitions are recorded
+        (this process's store asks again at once whether a recorder listens)."""
+        for stream in self.streams:
+            try:
+                self.client.xgroup_create(stream, self.group, id="0", mkstream=True)
+            except StoreUnavailableError as exc:
+                if "BUSYGROUP" not in str(exc):  # the group exists already: fine
+                    raise
+        self.store.forget_recording()
+
+    def read(self, count: int = 500, block_ms: int = 1000) -> list[Event]:
+        """Events not yet acknowledged: first this consumer's pending ones after those read
+        before (all of them again after :meth:`rewind`), then new ones, waiting up to
+        ``block_ms`` for some. Of several streams, up to ``count`` of each, each stream's in
+        its order: all are asked at once without waiting, then, while none has any, one after
+        the other for a share of ``block_ms``. Reading on before acknowledging is safe: the
+        next read starts after the last one."""
+        pending = [stream for stream in self.streams if stream in self._pending_after]
+        if pending:
+            pipe = self.client.pipeline(transaction=False)
+            for stream in pending:
+                pipe.xreadgroup(self.group, self.consumer,
+                                {stream: self._pending_after[stream]}, count=count)
+            events = self._collect(pending, pipe.execute())
+            if events:
+                return events
+        caught_up = [stream for stream in self.streams if stream not in self._pending_after]
+        if len(caught_up) > 1:
+            pipe = self.client.pipeline(transaction=False)
+            for stream in caught_up:
+                pipe.xreadgroup(self.group, self.consumer, {stream: ">"}, count=count)
+            events = self._collect(caught_up, pipe.execute())
+            if events:
+                return events
+        share = max(block_ms // len(self.streams), 1)
+        for stream in caught_up:
+            reply: Any = self.client.xreadgroup(self.group, self.consumer, {stream: ">"},
+                                                count=count, block=share)
+            events = self._collect([stream], [reply])
+            if events:
+                return events
+        return []
+
+    def rewind(self) -> None:
+        """Read this consumer's pending entries from the first again (after a failed write)."""
+        self._pending_after = dict.fromkeys(self.streams, "0")
+
+    def _collect(self, streams: list[str], replies: list[Any]) -> list[Event]:
+        events: list[Event] = []
+        for stream, reply in zip(streams, replies, strict=True):
+            entries = reply[0][1] if reply else []
+            if stream in self._pending_after:
+                if entries:
+                    self._pending_after[stream] = entries[-1][0]
+                else:  # caught up with its pending entries: new ones from now on
+                    del self._pending_after[stream]
+            events += [Event.from_entry(entry_id, fields, stream)
+                       for entry_id, fields in entries if fields]
+        return events
+
+    def ack(self, events: list[Event]) -> None:
+        """The events are in the database: drop them from their streams."""
+        by_stream: dict[str, list[str]] = {}
+        for event in events:
+            by_stream.setdefault(event.stream or self.stream, []).append(event.id)
+        for stream, ids in by_stream.items():
+            pipe = self.client.pipeline()
+            pipe.xack(stream, self.group, *ids)
+            pipe.xdel(stream, *ids)
+            pipe.execute()
+
+    def adopt_pending(self) -> None:
+        """Take over the entries an earlier leader read and never acknowledged."""
+        for stream in self.streams:
+            start = "0-0"
+            while True:
+                reply = self.client.xautoclaim(
+                    stream, self.group, self.consumer, min_idle_time=0,
+                    start_id=start, count=1000)  # JUSTID would hide the cursor (redis-py drops it)
+                start = reply[0]
+                if start == "0-0":
+                    break
+        self.rewind()
+
+    def backlog(self) -> int:
+        """Events written and not yet recorded, on every shard."""
+        return sum(length for length, in per_shard(
+            self.store, lambda pipe, shard: pipe.xlen(shard.keys.events)))
+
+
+class Leadership:
+    """The recorders' lock: whoever holds it applies events; the others stand by."""
+
+    def __init__(self, store: FairStore, seconds: float) -> None:
+        self._lock = store.client.lock(store.keys.recorder_lock, timeout=seconds,
+                                       thread_local=False)
+
+    def acquire(self) -> bool:
+        """Take the lead if nobody holds it; never waits."""
+        return bool(self._lock.acquire(blocking=False))
+
+    def renew(self) -> bool:
+        """Keep the lead for another term; False when it expired and someone else may lead."""
+        try:
+            self._lock.reacquire()
+        except LockError:
+            return False
+        return True
+
+    def release(self) -> None:
+        """Hand the lead over at once; a lock that expired or a Redis that is gone frees
+        itself."""
+        with contextlib.suppress(LockError, StoreUnavailableError):
+            self._lock.release()

@@ -1,0 +1,29 @@
+-- apply_limit: an account's limit changes, in one step: it is stored (or dropped), the account's
+-- deferral ends in every queue so the new limit applies now, and what it runs is counted
+-- again, so a concurrency cap set now counts it (recount_running).
+-- KEYS: global keys, then the keys of every known fair queue.
+-- ARGV: [1] account (encoded), [2] its limit packed (limits.AccountLimit.pack) or "" to drop its
+--       own limit, [3] the limit as configured (JSON).
+-- Returns the number of queues where the account was deferred.
+-- include: keys rotation leases
+local account = ARGV[1]
+local woken = 0
+if ARGV[2] == '' then
+  redis.call('HDEL', K_LIMITS, account)
+  redis.call('HDEL', K_LIMITCONFIG, account)
+else
+  redis.call('HSET', K_LIMITS, account, ARGV[2])
+  redis.call('HSET', K_LIMITCONFIG, account, ARGV[3])
+end
+redis.call('HDEL', K_BUCKETS, account)
+recount_running(account, queue_positions())
+for i = 1, queue_count() do
+  local qk = queue_keys(i)
+  local state = redis.call('HGET', qk.state, account)
+  if state == 'p' or state == 'c' then
+    redis.call('ZREM', qk.deferred, account)
+    rotate_in_or_forget(qk, account)
+    woken = woken + 1
+  end
+end
+return woken

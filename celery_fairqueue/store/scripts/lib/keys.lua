@@ -1,0 +1,118 @@
+-- Keys and members: the clock, a queue's keys, a ready member's place in its account's FIFO,
+-- a business key's string (formats/keys.py and formats/records.py's ReadyMember).
+--
+-- The library: connection/lua.py builds each script from the library files it includes
+-- (its '-- include:' line, and theirs, in their order of need), keeping only the helpers it
+-- calls, after a prologue that binds the K_* names of the global keys
+-- (keys.GLOBAL_KEY_NAMES) the script touches, itself or through these helpers, and NGLOBAL,
+-- their number.
+--
+-- KEYS (every script): those global keys, then one key per fair queue, its state key, from
+-- which queue_keys builds the queue's other keys (keys.QUEUE_KEY_NAMES); then, for a script
+-- that emits events, the event stream (K_EVENTS).
+-- Account ids, queue names and business keys arrive percent-encoded (no spaces, no "|", no
+-- braces, no newline).
+-- All times are Redis server time, so workers with skewed clocks agree on leases and buckets.
+--
+-- The layout is lean: a job is one record, written at enqueue and once per
+-- transition; a business key is one string, its marker; no script keeps a count that the
+-- console can derive when it asks (ready jobs per account, the oldest waiting, running since).
+
+local NQKEYS = 1
+
+-- Redis's clock, read once per script run; now_text() is it as a script argument (a Lua number
+-- would be formatted again by every command that takes it).
+local clock, clock_text, clock_micros = nil, nil, nil
+local function now_seconds()
+  if not clock then
+    local t = redis.call('TIME')
+    clock = tonumber(t[1]) + tonumber(t[2]) / 1000000
+    clock_micros = tonumber(t[1]) * 1000000 + tonumber(t[2])  -- exact: below 2^53
+  end
+  return clock
+end
+
+local function now_text()
+  if not clock_text then
+    clock_text = string.format('%.6f', now_seconds())
+  end
+  return clock_text
+end
+
+local function queue_count()
+  return (#KEYS - NGLOBAL - (K_EVENTS and 1 or 0)) / NQKEYS
+end
+
+-- A queue's keys: the scripts receive its state key, and build the others from it, under the
+-- same hash tag (so in the same slot): keys.QueueKeys names them, in keys.QUEUE_KEY_NAMES.
+local function queue_keys(i)
+  local state = KEYS[NGLOBAL + i]
+  local base = string.sub(state, 1, -6)
+  return {state = state, ready = base .. 'ready', deferred = base .. 'deferred',
+          delayed = base .. 'delayed', running = base .. 'running',
+          ndelayed = base .. 'ndelayed', deferrals = base .. 'deferrals', tags = base .. 'tags',
+          finish = base .. 'finish', weight = base .. 'weight',
+          name = string.match(state, ':queue:([^:]+):state$'),
+          wake = base .. 'wake'}
+end
+
+-- A queue's keys by its encoded name, under the records key's tag (for the scripts of a reshard,
+-- which learn a job's queue from its record).
+local function queue_named(name)
+  local base = string.sub(K_RECORDS, 1, -8) .. 'queue:' .. name .. ':'
+  return {state = base .. 'state', ready = base .. 'ready', deferred = base .. 'deferred',
+          delayed = base .. 'delayed', running = base .. 'running',
+          ndelayed = base .. 'ndelayed', deferrals = base .. 'deferrals', tags = base .. 'tags',
+          finish = base .. 'finish', weight = base .. 'weight', name = name,
+          wake = base .. 'wake'}
+end
+
+-- Each queue's position in KEYS, by its encoded name (a job's record names its queue).
+local function queue_positions()
+  local index = {}
+  for i = 1, queue_count() do
+    index[queue_keys(i).name] = i
+  end
+  return index
+end
+
+-- A job's place in its account's FIFO: its priority digit (0 first), then the microsecond it
+-- became ready (Redis time, 16 digits; ``micros`` defaults to now), so lex order is priority,
+-- then arrival, and the console reads how long the head has waited off its seq.
+local function ready_seq(priority, micros)
+  if not micros then
+    now_seconds()
+    micros = clock_micros
+  end
+  return priority .. string.format('%016d', micros)
+end
+
+-- A ready member is "account|seq|job_id" (records.ReadyMember): lex order gives each account a
+-- FIFO range; the job id is last and may hold "|" itself.
+local function ready_member(account, seq, job_id)
+  return account .. '|' .. seq .. '|' .. job_id
+end
+
+-- The ZRANGEBYLEX bounds of one account's members ("}" sorts right after "|").
+local function member_range(account)
+  return '[' .. account .. '|', '(' .. account .. '}'
+end
+
+local function split_member(member)
+  return string.match(member, '^([^|]*)|([^|]*)|(.*)$')
+end
+
+local function hget_number(key, field)
+  return tonumber(redis.call('HGET', key, field) or '0')
+end
+
+-- The string of a business key (keys.Keys.job_key), under the records key's hash tag.
+local function key_of(job_key)
+  return string.sub(K_RECORDS, 1, -8) .. 'key:' .. job_key
+end
+
+local function hincr_or_drop(key, field, by)
+  if redis.call('HINCRBY', key, field, by) <= 0 then
+    redis.call('HDEL', key, field)
+  end
+end

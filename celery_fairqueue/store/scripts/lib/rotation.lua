@@ -1,0 +1,170 @@
+-- The rotation and its weights: which accounts may run now, in start-time fair queueing over
+-- virtual time (the pick itself is claim.lua's), ready and delayed jobs, operator pauses.
+-- include: keys limits
+
+-- A rotation member (QueueKeys.tags) is "stamp account", and " weight" after it in a sharded
+-- store when the weight is not 1 (see join_rotation): the stamp orders accounts of equal
+-- virtual tags by when they got it, first come first served. It is Redis time in microseconds
+-- (9 digits) and a count within the script (2 digits), in base 62 with digits in ASCII order,
+-- so that lex order is time order (until the year 2398); short, as every account waiting in a
+-- queue has one.
+local DIGITS62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
+local stamps = 0
+
+local function base62(n, width)
+  local out = ''
+  for _ = 1, width do
+    local d = n % 62
+    out = string.sub(DIGITS62, d + 1, d + 1) .. out
+    n = (n - d) / 62
+  end
+  return out
+end
+
+local function rotation_member(account, weight)
+  now_seconds()
+  stamps = stamps + 1
+  local member = base62(clock_micros, 9) .. base62(stamps, 2) .. ' ' .. account
+  return (SHARDED and weight ~= 1) and (member .. ' ' .. weight) or member
+end
+
+-- The account and the weight it joined with.
+local function split_rotation_member(member)
+  local account, weight = string.match(member, '^%w+ (%S+) ?(%d*)$')
+  return account, tonumber(weight) or 1
+end
+
+-- The rotation is start-time fair queueing over virtual time: qk.tags holds the accounts that
+-- may run now, each scored by its virtual start tag, and the claim serves the lowest and moves
+-- it on by VIRTUAL_TURN / weight (claim.lua). Tags are whole numbers, so they add up exactly
+-- (a double holds every integer below 2^53); reap.lua shifts them back when they grow large.
+local VIRTUAL_TURN = 1000000
+
+-- The account joins the rotation at its floor, the lowest tag there; but no earlier than the
+-- tag it left with when it ran out of jobs (qk.finish), so an account that comes and goes
+-- neither banks turns nor jumps ahead. An empty rotation starts virtual time again at 0: no
+-- account waits, so no tag means anything (claim.lua forgets the finish tags too when it finds
+-- the rotation empty). ``front``: one unit ahead of the floor (a deferred account whose token
+-- is there: a later turn would waste it). When the rotation was empty, the queue's idle
+-- workers are woken on its channel (worker/wakeups.py) instead of finding the work at their
+-- next poll.
+-- A claim sets held_wakes to a table: the queues whose rotation it filled wait there, and it
+-- wakes the idle workers at its end only if it leaves them work (a claim that promotes a
+-- deferred account and takes its job itself woke every idle worker for nothing: each token of
+-- a rate-limited account cost a claim per idle worker).
+local held_wakes = nil
+
+-- The weight of an account (its own limit's, or the store's default limit's).
+local function account_weight(account)
+  local packed = redis.call('HGET', K_LIMITS, account) or redis.call('HGET', K_LIMITS, '*')
+  return packed and select(5, split_limit(packed)) or 1
+end
+
+-- Wake a queue's idle workers (worker/wakeups.py): on its shard's own channel on a cluster
+-- (sharded pub/sub: a plain PUBLISH is copied to every node of the cluster).
+local function wake_queue(qk, why)
+  redis.call(SPUBLISHING and 'SPUBLISH' or 'PUBLISH', qk.wake, why)
+end
+
+-- In a sharded store the rotation keeps its runnable weight (qk.weight: the sum of the weights
+-- its accounts joined with), which each claim returns: the workers choose a shard by it
+-- (store/shards/sharded.py), so that an account's share does not depend on how crowded its shard is.
+local function join_rotation(qk, account, front)
+  local head = redis.call('ZRANGE', qk.tags, 0, 0, 'WITHSCORES')
+  local tag = tonumber(head[2] or '0')
+  if front then
+    tag = tag - 1
+  end
+  if not head[1] then
+    redis.call('DEL', qk.finish)
+    if held_wakes then
+      held_wakes[qk.wake] = qk
+    else
+      wake_queue(qk, 'ready')
+    end
+  else
+    local left = redis.call('ZSCORE', qk.finish, account)
+    if left then
+      redis.call('ZREM', qk.finish, account)
+      tag = math.max(tag, tonumber(left))
+    end
+  end
+  local weight = SHARDED and account_weight(account) or 1
+  if SHARDED then
+    redis.call('INCRBY', qk.weight, weight)
+  end
+  redis.call('ZADD', qk.tags, tag, rotation_member(account, weight))
+end
+
+-- Whether the account has ready jobs in the queue.
+local function has_ready(qk, account)
+  local low, high = member_range(account)
+  return redis.call('ZRANGEBYLEX', qk.ready, low, high, 'LIMIT', 0, 1)[1] ~= nil
+end
+
+-- Back into the rotation if it has ready jobs, else out of the queue's state entirely. An account
+-- whose deferral ended goes to the front: it waited for its token, and a later turn would waste it.
+local function rotate_in_or_forget(qk, account, front)
+  redis.call('HDEL', qk.deferrals, account)
+  if has_ready(qk, account) then
+    redis.call('HSET', qk.state, account, 'r')
+    join_rotation(qk, account, front)
+  else
+    redis.call('HDEL', qk.state, account)
+  end
+end
+
+-- A job joins its account's FIFO (ordered by seq); the account joins the rotation unless it is
+-- already there, deferred by its limit (or at its concurrency cap) or paused by an operator.
+-- ``alone``: the caller knows the account had no ready job in the queue (else it has a state
+-- already, and nothing more is asked).
+local function make_ready(qk, account, seq, job_id, alone)
+  redis.call('ZADD', qk.ready, 0, ready_member(account, seq, job_id))
+  if alone ~= false and not redis.call('HGET', qk.state, account) then
+    redis.call('HSET', qk.state, account, 'r')
+    join_rotation(qk, account)
+  end
+end
+
+-- A job waits for its time (eta, countdown, backoff); ndelayed counts it for its account. When
+-- it is now the first due, idle workers are woken to learn when to claim next.
+local function make_delayed(qk, account, job_id, due)
+  if redis.call('ZADD', qk.delayed, due, job_id) == 1 then
+    redis.call('HINCRBY', qk.ndelayed, account, 1)
+  end
+  if redis.call('ZRANGE', qk.delayed, 0, 0)[1] == job_id then
+    wake_queue(qk, 'due')
+  end
+end
+
+-- Take a job out of the delayed set; false when it was not there.
+local function take_delayed(qk, account, job_id)
+  if redis.call('ZREM', qk.delayed, job_id) == 0 then
+    return false
+  end
+  hincr_or_drop(qk.ndelayed, account, -1)
+  return true
+end
+
+-- The operator pause of the account in this queue (see keys.Keys.pauses), or false.
+-- While no pause exists at all (the usual case) one HLEN per script answers for every account.
+local any_pause = nil
+local function operator_paused(qk, account)
+  if any_pause == nil then
+    any_pause = redis.call('HLEN', K_PAUSES) > 0
+  end
+  if not any_pause then
+    return false
+  end
+  local own, all = unpack(redis.call('HMGET', K_PAUSES, 'a:' .. account .. ':' .. qk.name,
+                                     'a:' .. account .. ':*'))
+  return own or all
+end
+
+-- Whether an operator paused the whole queue.
+local function queue_paused(qk)
+  if any_pause == nil then
+    any_pause = redis.call('HLEN', K_PAUSES) > 0
+  end
+  return any_pause and redis.call('HEXISTS', K_PAUSES, 'q:' .. qk.name) == 1
+end

@@ -1,0 +1,280 @@
+"""``celery -A proj fairqueue reshard --to N``: move a store of S shards to N > S, live.
+
+The store's home records its number of shards (``Keys.shard_count``); a reshard writes
+``"S>N"`` there first, and ``N`` once every account that must move has moved. While it reads
+``"S>N"``, a sharded process configured with S or N works (door.check_shards): it finds an
+account by S, follows the forwarding of one that moved (the old shard's enqueue answers "moved
+to n", sharded.py) and claims from all N shards; a process of one shard stops (it cannot follow).
+The reshard waits one ``fairqueue_shards_check_interval`` (and a margin) after announcing the
+move before it moves any account, so that every process has re-read the key by then.
+
+Growing only ever moves an account from an old shard to a new one (jump hash, shards.py), so the
+old shards are drained one after the other, a chunk of accounts at a time (account_move.py says
+how one account moves and why no job is lost, duplicated, or run while half-moved). Everything
+is idempotent: killed at any point, a rerun finishes the move; a rerun of a finished one does
+nothing. What a move costs is a few round trips per account and a SCAN of the old shards' key
+strings (the business-key markers, which name their account) per chunk: see
+docs/deployment.md ("Resharding").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import time
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+
+from ...errors import FairqueueError
+from ...settings import FairqueueSettings
+from ..connection.connect import AnyClient
+from ..formats.dead_letter import DeadLetter
+from ..formats.keys import DEFAULT_LIMIT_FIELD, Keys, decode_id, encode_id
+from ..formats.records import JobRecord
+from .account_move import AccountMover, text
+from .placement import account_shard
+from .shard import FairStore
+
+#: Accounts frozen, drained and moved together: their jobs wait while their chunk moves.
+CHUNK = 500
+#: Added to the processes' check interval before any account moves (calls already under way).
+SETTLE_MARGIN = 5.0
+#: How long the old shards keep forwarding the accounts that moved, after the move (at least):
+#: a process that has not re-read the store's number of shards yet still asks them.
+FORWARD_SECONDS = 3600.0
+SCAN_COUNT = 1000
+
+
+class ReshardError(FairqueueError):
+    """The reshard cannot be made (shrinking, another one under way)."""
+
+
+@dataclass(frozen=True)
+class ReshardReport:
+    old: int
+    new: int
+    accounts: int  # accounts moved by this run
+    jobs: int  # waiting jobs moved by this run
+    seconds: float
+    done_before: bool = False  # the store had N shards already: nothing to do
+
+
+def read_layout(client: AnyClient, home: Keys) -> tuple[int, int | None]:
+    """The store's (S, N) while a move runs, else (S, None)."""
+    held = text(client.get(home.shard_count)) or "1"
+    old, _, new = held.partition(">")
+    return int(old), int(new) if new else None
+
+
+class Resharder:
+    """Moves the store of ``settings`` to ``to`` shards; ``say`` reports progress."""
+
+    def __init__(self, settings: FairqueueSettings, to: int, *, settle: float | None = None,
+                 say: Callable[[str], None] = lambda line: None) -> None:
+        self.to = to
+        self.say = say
+        self.settings = dataclasses.replace(settings, shards=max(to, settings.shards, 2))
+        self.home = FairStore.from_settings(self.settings)
+        self.client = self.home.client
+        self.keys = Keys(settings.key_prefix)
+        self.settle = (settings.shards_check_interval + SETTLE_MARGIN if settle is None
+                       else settle)
+
+    def run(self) -> ReshardReport:
+        started = time.monotonic()
+        old, moving = read_layout(self.client, self.keys)
+        if moving is None and old == self.to:
+            return ReshardReport(old, self.to, 0, 0, 0.0, done_before=True)
+        if moving is not None and moving != self.to:
+            raise ReshardError(f"a reshard from {old} to {moving} shards is under way: finish "
+                               f"it first (`fairqueue reshard --to {moving}`)")
+        if self.to < old:
+            raise ReshardError(f"the store has {old} shards: a reshard only adds shards (to "
+                               f"shrink it, drain it into a new store of {self.to})")
+        shards = [FairStore(self.client, Keys(self.keys.prefix, n), self.settings)
+                  for n in range(self.to)]
+        mover = AccountMover(shards)
+        self._announce(old)
+        self._copy_store_wide(shards, old)
+        for shard in range(old):
+            while self._drain(mover, old, shard):
+                pass  # again: accounts frozen by their enqueues while it ran
+            self._thaw_moved(mover, shard)
+        self._finish(old)
+        return ReshardReport(old, self.to, mover.moved_accounts, mover.moved_jobs,
+                             time.monotonic() - started)
+
+    def _announce(self, old: int) -> None:
+        """``"S>N"`` in the store's home, then wait until every process has re-read it. The
+        old shards' forwarding of an earlier move is kept for the whole of this one."""
+        self.client.set(self.keys.shard_count, f"{old}>{self.to}")
+        for shard in range(old):
+            self.client.persist(Keys(self.keys.prefix, shard).moved)
+        self.client.set(self.keys.shard_move, repr(self.home.server_time()), nx=True)
+        ready_at = float(text(self.client.get(self.keys.shard_move))) + self.settle
+        wait = ready_at - self.home.server_time()
+        if wait > 0:
+            self.say(f"moving from {old} to {self.to} shards: waiting {wait:.0f} s for every "
+                     f"worker and producer to see the move")
+            time.sleep(wait)
+
+    def _copy_store_wide(self, shards: list[FairStore], old: int) -> None:
+        """What every shard keeps a copy of, to the new shards: the store's default limit (for
+        their claims) and the queues' operator pauses."""
+        home = shards[0].keys
+        default = self.client.hget(home.limits, DEFAULT_LIMIT_FIELD)
+        pauses = {name: raw for name, raw in self._hash(home.pauses).items()
+                  if name.startswith("q:")}
+        for shard in shards[old:]:
+            if default is not None:
+                self.client.hset(shard.keys.limits, DEFAULT_LIMIT_FIELD, default)
+            if pauses:
+                self.client.hset(shard.keys.pauses, mapping=pauses)  # type: ignore[arg-type]
+
+    def _finish(self, old: int) -> None:
+        """Every account moved: the store has N shards. The old shards keep forwarding the
+        moved accounts for a while (FORWARD_SECONDS, or ten check intervals)."""
+        self.client.set(self.keys.shard_count, str(self.to))
+        keep_ms = int(max(FORWARD_SECONDS, 10 * self.settings.shards_check_interval) * 1000)
+        for shard in range(old):
+            self.client.pexpire(Keys(self.keys.prefix, shard).moved, keep_ms)
+        self.client.delete(self.keys.shard_move)
+
+    def _drain(self, mover: AccountMover, old: int, shard: int) -> int:
+        """One pass over old shard ``shard``: move every account it holds anything of whose new
+        shard is another, a chunk at a time; returns how many it found."""
+        store = mover.shards[shard]
+        markers, orphans = self._markers(store)
+        moved = {account: int(state[2:]) for account, state
+                 in self._hash(store.keys.moved).items() if state.startswith("m ")}
+        targets = {account: to for account in self._accounts(store) | markers.keys()
+                   if account not in moved
+                   and (to := account_shard(decode_id(account), self.to)) != shard}
+        letters = self._letters(store, targets.keys() | moved.keys())
+        for account, to in moved.items():  # moved at an enqueue, or its last jobs ran late
+            mover.copy_late(to, mover.read_strings(shard, markers.get(account, [])),
+                            letters.get(account, []))
+            self._drop_letters(store, letters.get(account, []))
+        accounts = sorted(targets)
+        for start in range(0, len(accounts), CHUNK):
+            chunk = {account: targets[account] for account in accounts[start:start + CHUNK]}
+            mover.freeze(shard, chunk)
+            self._wait_unleased(store, chunk)
+            markers, orphans = self._markers(store)  # with those its last jobs wrote
+            delayed = self._delayed(store)
+            for account, to in chunk.items():
+                mover.move(shard, to, account, delayed, markers.get(account, ()),
+                           letters.get(account, ()))
+            self.say(f"shard {shard}: {min(start + CHUNK, len(accounts))} of {len(accounts)} "
+                     f"accounts moved")
+        late = [entry for entry in mover.read_strings(shard, orphans) if entry[2] != "0"]
+        for to in range(old, self.to):
+            mover.copy_late(to, late)
+        return len(accounts)
+
+    def _accounts(self, store: FairStore) -> set[str]:
+        """The encoded accounts ``store`` holds anything of but markers (jobs, limits, buckets,
+        pauses, a move begun or done)."""
+        keys = store.keys
+        found: set[str] = set()
+        for _, record in self.client.hscan_iter(keys.records, count=SCAN_COUNT):
+            found.add(encode_id(JobRecord.parse(record).account))
+        for key in (keys.limits, keys.limit_config, keys.buckets, keys.moved):
+            found |= {name for name, _ in self.client.hscan_iter(key, count=SCAN_COUNT)}
+        found.discard(DEFAULT_LIMIT_FIELD)
+        for name, _ in self.client.hscan_iter(keys.pauses, count=SCAN_COUNT):
+            if name.startswith("a:"):
+                found.add(name.split(":")[1])
+        return found
+
+    def _drop_letters(self, store: FairStore, letters: list[tuple[str, str, float]]) -> None:
+        """Dead letters copied to an account's new shard, off its old one."""
+        if letters:
+            self.client.hdel(store.keys.dead, *(job_id for job_id, _, _ in letters))
+            self.client.zrem(store.keys.dead_index, *(job_id for job_id, _, _ in letters))
+
+    def _letters(self, store: FairStore, targets: Collection[str]
+                 ) -> dict[str, list[tuple[str, str, float]]]:
+        """The dead letters of the encoded accounts ``targets``, by account."""
+        found: dict[str, list[tuple[str, str, float]]] = {}
+        for job_id, raw in self.client.hscan_iter(store.keys.dead, count=SCAN_COUNT):
+            account = DeadLetter.from_json(raw).account
+            if account is not None and encode_id(account) in targets:
+                at = self.client.zscore(store.keys.dead_index, job_id) or 0.0
+                found.setdefault(encode_id(account), []).append((job_id, raw, at))
+        return found
+
+    def _wait_unleased(self, store: FairStore, chunk: dict[str, int]) -> None:
+        """Until no job of the frozen ``chunk`` is leased on ``store``: they settle there."""
+        while True:
+            running = {encode_id(job.account) for _, job in store.leased()} & chunk.keys()
+            if not running:
+                return
+            time.sleep(0.05)
+
+    def _markers(self, store: FairStore) -> tuple[dict[str, list[str]], list[str]]:
+        """The key strings (business-key markers) of ``store``, by the encoded account each
+        names, and those that name none (written before markers did: their done ones are
+        copied to every new shard)."""
+        tag = store.keys.tag + ":"
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", tag) + "key:*"
+        names = list(self.client.scan_at(store.keys.records, match=pattern, count=SCAN_COUNT))
+        mine: dict[str, list[str]] = {}
+        orphans: list[str] = []
+        for start in range(0, len(names), SCAN_COUNT):
+            part = names[start:start + SCAN_COUNT]
+            for name, raw in zip(part, self.client.mget(part), strict=True):
+                account = _marker_account(text(raw))
+                if account is not None:
+                    mine.setdefault(account, []).append(name.removeprefix(tag))
+                elif raw is not None:
+                    orphans.append(name.removeprefix(tag))
+        return mine, orphans
+
+    def _delayed(self, store: FairStore) -> dict[str, tuple[str, float]]:
+        """Every delayed job of ``store``: job id -> (its account, encoded; its due time)."""
+        due: dict[str, float] = {}
+        for queue in store.known_queues():
+            delayed: list[tuple[str, float]] = self.client.zrange(  # type: ignore[assignment]
+                store.keys.queue(queue).delayed, 0, -1, withscores=True)
+            due.update(delayed)
+        ids = list(due)
+        found: dict[str, tuple[str, float]] = {}
+        for start in range(0, len(ids), SCAN_COUNT):
+            part = ids[start:start + SCAN_COUNT]
+            for job_id, record in zip(part, self.client.hmget(store.keys.records, part),
+                                      strict=True):
+                if record is not None:
+                    found[job_id] = (encode_id(JobRecord.parse(record).account), due[job_id])
+        return found
+
+    def _thaw_moved(self, mover: AccountMover, shard: int) -> None:
+        """Thaw on its new shard every account marked moved on ``shard`` (a rerun after a kill
+        between a move's steps 3 and 4 finds one still paused there)."""
+        for account, state in self._hash(mover.shards[shard].keys.moved).items():
+            if state.startswith("m "):
+                mover.thaw(int(state[2:]), account)
+
+
+    def _hash(self, key: str) -> dict[str, str]:
+        return {text(name): text(value) for name, value in self.client.hgetall(key).items()}
+
+
+def _marker_account(raw: str) -> str | None:
+    """The encoded account a marker names (make_marker in lib/records.lua), or None."""
+    try:
+        data = json.loads(raw or "")
+    except ValueError:
+        return None
+    account = data.get("account") if isinstance(data, dict) else None
+    return account if isinstance(account, str) else None
+
+
+def describe(report: ReshardReport) -> Iterable[str]:
+    """The CLI's lines about a reshard."""
+    if report.done_before:
+        yield f"the store has {report.new} shards already: nothing to move"
+        return
+    yield (f"moved the store from {report.old} to {report.new} shards: {report.accounts} "
+           f"accounts and {report.jobs} waiting jobs in {report.seconds:.1f} s")

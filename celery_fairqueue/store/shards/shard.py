@@ -1,0 +1,132 @@
+"""The fair store: the one door to Redis (door.py) with each of its roles, as one object."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+from ...errors import ShardCountError
+from ...settings import FairqueueSettings
+from ..connection.connect import AnyClient
+from ..connection.translate import operation
+from ..formats.keys import Keys
+from ..formats.records import JobRecord
+from ..writers.fleet import Fleet
+from ..writers.jobs import EnqueueResult, Jobs
+from ..writers.operator import Operator, paused_accounts
+
+#: Records read a round trip when counting the leased jobs.
+RECORDS_CHUNK = 500
+
+
+class FairStore(Jobs, Fleet, Operator):
+    """Enqueue, claim and settle (Jobs), the worker registry (Fleet) and the operator's
+    controls (Operator), over one Redis (StoreDoor): a store of one shard, or one shard of a
+    sharded store (sharded.py)."""
+
+    def __init__(self, client: AnyClient, keys: Keys, settings: FairqueueSettings,
+                 home: FairStore | None = None) -> None:
+        super().__init__(client, keys, settings, sharded=settings.shards > 1)
+        self.home = home or self  # the store's home shard: one check of its shards for all
+        self._shards_checked = float("-inf")
+        self.shard_move: tuple[int, int] | None = None  # (S, N) while a reshard runs
+
+    @cached_property
+    def shards(self) -> list[FairStore]:
+        """The store's shards, each a FairStore: this one alone, unsharded."""
+        return [self]
+
+    def shard_for(self, account: str) -> FairStore:
+        """The shard that holds everything about ``account``."""
+        return self
+
+    def enqueue(self, *, account: str, **job: Any) -> EnqueueResult:
+        """Store a job (Jobs.enqueue), once the store's shards are as this process expects."""
+        with operation("enqueue"):  # a failure to read the store's shards is the enqueue's
+            self.check_shards()
+        return super().enqueue(account=account, **job)
+
+    def woken(self, channel: str) -> None:
+        """A queue's wake channel signalled work (wakeups.py); a sharded store notes which
+        shard's."""
+
+    # what a queue holds now, across the roles (the metrics and the console read it)
+
+    def counts(self, queue: str) -> dict[str, int]:
+        """Ready, delayed and running job counts of one queue, its accounts deferred by their
+        limit (rate, window, concurrency cap) and its accounts an operator paused."""
+        qk = self.keys.queue(queue)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(qk.ready)
+        pipe.zcard(qk.delayed)
+        pipe.hlen(qk.deferrals)
+        ready, delayed, deferred = pipe.execute()
+        running = sum(n for (name, _), n in self.running().items() if name == queue)
+        return {"ready": ready, "delayed": delayed, "running": running,
+                "deferred_accounts": deferred,
+                "paused_accounts": paused_accounts(self.pauses(), queue)}
+
+    def records(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
+        """The stored records of ``job_ids``, RECORDS_CHUNK a round trip (None for a job no
+        longer stored)."""
+        found: list[JobRecord | None] = []
+        for start in range(0, len(job_ids), RECORDS_CHUNK):
+            raws = self.client.hmget(self.keys.records, list(job_ids[start:start + RECORDS_CHUNK]))
+            found += [JobRecord.parse(raw) if raw else None for raw in raws]
+        return found
+
+    def leased(self) -> list[tuple[str, JobRecord]]:
+        """The leased jobs (as many as the workers' slots), by job id, with their records."""
+        job_ids: list[str] = self.client.zrange(self.keys.leases, 0, -1)  # type: ignore[assignment]
+        return [(job_id, job) for job_id, job in zip(job_ids, self.records(job_ids), strict=True)
+                if job is not None and job.leased]
+
+    def running(self) -> dict[tuple[str, str], int]:
+        """Leased jobs per (queue, account), counted off the lease set and the jobs' records.
+        No script keeps this count, but for the accounts with a concurrency cap
+        (QueueKeys.running, for the cap)."""
+        counts: dict[tuple[str, str], int] = {}
+        for _, job in self.leased():
+            counts[job.queue, job.account] = counts.get((job.queue, job.account), 0) + 1
+        return counts
+
+    def stats(self) -> dict[str, int]:
+        return {str(k): int(v) for k, v in self.client.hgetall(self.keys.stats).items()}
+
+    def check_shards(self) -> None:
+        """Raise ShardCountError unless the store is laid out in ``fairqueue_shards`` shards, as
+        its home records (asked every ``fairqueue_shards_check_interval``). A store that
+        records none is of one shard, or, empty, takes this one's number. While a reshard moves
+        it from S to N shards (``"S>N"``, reshard.py), a sharded process of either S or N is
+        accepted, and ``shard_move`` says (S, N): the store follows the move (sharded.py).
+        A shard of a sharded store asks its home, which checks once for all."""
+        if self.home is not self:
+            self.home.check_shards()
+            return
+        now = time.monotonic()
+        if now - self._shards_checked < self.settings.shards_check_interval:
+            return
+        wanted = self.settings.shards
+        home = Keys(self.keys.prefix)
+        held = str(self.client.get(home.shard_count) or "")
+        if not held and wanted > 1:
+            if not self.client.hlen(home.records):
+                self.client.set(home.shard_count, wanted, nx=True)
+            held = str(self.client.get(home.shard_count) or "")
+        held = held or "1"
+        # reshard: "S>N" while a move runs
+        old, _, new = held.partition(">")
+        self.shard_move = (int(old), int(new)) if new else None
+        if self.shard_move and wanted > 1 and wanted in self.shard_move:
+            self._shards_checked = now
+            return
+        if new or int(held) != wanted:
+            shown = f"being moved from {old} to {new}" if new else f"laid out in {held}"
+            raise ShardCountError(
+                f"the fair store {self.keys.prefix!r} is {shown} shard(s), and this process "
+                f"says fairqueue_shards = {wanted}: set fairqueue_shards = {new or held}, or "
+                f"move the store with `celery -A proj fairqueue reshard --to {wanted}` "
+                f"(docs/deployment.md)")
+        self._shards_checked = now

@@ -1,0 +1,323 @@
+"""A store of S shards (``fairqueue_shards`` > 1): one FairStore per shard, and the routing.
+
+Each shard is a whole store under its own hash tag (keys.Keys, shards.py), so every script
+still runs on one shard; an account lives on one shard, so its limits stay exact. This object
+is the store's home shard (shard 0) as a FairStore, with the calls that span shards routed:
+an account's calls to its shard, a job's to the shard that holds it (a lease carries its
+shard's store; a lookup by task id asks each shard for the ids, scanning no jobs), what is
+store-wide to the home (the worker registry, the store's S, the default limit as set, and a
+queue's operator pause, which every shard keeps a copy of for its claim), and the readings of
+the whole store summed over the shards. The dead letters and the console read the shards
+themselves (dead_letters.py, merged.py).
+
+The workers choose a shard to claim from by its runnable weight, the summed weights of its
+accounts that can run now, which every claim returns (chooser.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ...errors import FairqueueError, ShardCountError
+from ...limits import AccountLimit
+from ...protocol import delivery_id
+from ...settings import FairqueueSettings
+from ..connection.connect import AnyClient
+from ..connection.translate import operation
+from ..formats.keys import Keys, encode_id
+from ..formats.records import JobRecord
+from ..writers.fleet import Beat, WorkerRegistration
+from ..writers.jobs import AccountMoved, Claim, EnqueueResult
+from ..writers.leases import Lease
+from ..writers.operator import MAX_DELIVERY_LOOKUP, OperatorPause
+from .chooser import ShardChooser
+from .merged import summed
+from .placement import account_shard
+from .shard import FairStore
+
+
+class ShardedStore(FairStore):
+    """The store's S shards (``shards``), routed; itself the home shard's FairStore."""
+
+    def __init__(self, client: AnyClient, keys: Keys, settings: FairqueueSettings) -> None:
+        super().__init__(client, keys, settings)
+        self.shards: list[FairStore] = []
+        self._grow(settings.shards)
+        self._job_shard: dict[str, int] = {}  # leased job id -> its shard (see beat)
+        # the S accounts are placed by (reshard: the old S while moving)
+        self._route = settings.shards
+
+    # -- reshard (store/shards/reshard.py): follow a move from S to N shards ----------------------
+
+    def check_shards(self) -> None:
+        """The store's number of shards, checked (door.py); while a reshard moves it from S to
+        N, accounts are found by S and the moved ones' forwarding, and claims span N shards."""
+        super().check_shards()
+        move = self.shard_move
+        self._route = move[0] if move else self.settings.shards
+        self._grow(max(move) if move else len(self.shards))
+
+    def _grow(self, count: int) -> None:
+        """Have ``count`` shards at least (the store's, or a move to more shards), each asked
+        first by the chooser."""
+        if count > len(self.shards):
+            self.shards += [FairStore(self.client, Keys(self.keys.prefix, n), self.settings,
+                                      home=self) for n in range(len(self.shards), count)]
+            self._by_tag = {shard.keys.tag: n for n, shard in enumerate(self.shards)}
+            self._chooser = ShardChooser(count, self.settings.poll_interval)
+
+    def shard_for(self, account: str) -> FairStore:
+        shard = self.shards[account_shard(account, self._route)]
+        if self.shard_move:  # moved already: forwarded by its old shard
+            moved = str(self.client.hget(shard.keys.moved, encode_id(account)) or "")
+            if moved.startswith("m "):
+                self._grow(int(moved[2:]) + 1)
+                return self.shards[int(moved[2:])]
+        return shard
+
+    def shard_of_key(self, key: str) -> int:
+        """The shard a key or wake channel of this store belongs to, by its hash tag."""
+        return self._by_tag[key[:key.index("}") + 1]]
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def enqueue(self, *, account: str, **job: Any) -> EnqueueResult:
+        """Store the job on its account's shard (which this process, should it claim, asks
+        next: other processes are woken on the shard's channel); while a reshard moves the
+        store, on its old shard, told where the account goes (enqueue.lua), or where the old
+        shard says it went."""
+        with operation("enqueue"):
+            self.check_shards()
+        shard = account_shard(account, self._route)
+        target = account_shard(account, self.shard_move[1]) if self.shard_move else shard
+        try:
+            result = self.shards[shard].enqueue(account=account, **job,
+                                                moving_to=target if target != shard else None)
+        except AccountMoved as moved:  # (or moving while this process has not seen it yet)
+            self._grow(moved.shard + 1)
+            shard = moved.shard
+            result = self.shards[shard].enqueue(account=account, **job)
+        self._chooser.woken(shard)
+        return result
+
+    def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
+              first: int = 0, acks: Sequence[Lease] = ()) -> Claim:
+        """Lease up to ``want`` jobs from the shards the chooser names, in turn, and settle
+        ``acks`` on their own shards (riding with a claim there, or alone). A shard that fails
+        is left out for a moment: what the others answered is kept, and the acks it did not
+        settle come back in ``Claim.unsettled``; only when no shard answered does the claim
+        raise, as a claim of one store does."""
+        want = min(want, self.settings.claim_batch) if queues else 0
+        by_shard: dict[int, list[Lease]] = {}
+        for lease in acks:
+            by_shard.setdefault(self._by_tag[lease.store.keys.tag], []).append(lease)
+        try:
+            self.check_shards()
+        except ShardCountError:  # reshard: moved on without this process; its acks settle
+            for index, settling in by_shard.items():
+                self.shards[index].claim([], 0, token, "", acks=settling)
+            raise
+        leases: list[Lease] = []
+        expired: list[Lease] = []
+        lost: list[str] = []
+        unsettled: list[Lease] = []
+        failure: FairqueueError | None = None
+        tried: set[int] = set()
+        answered = False
+        runnable = 0
+        while want > len(leases):
+            now = time.monotonic()
+            n = self._chooser.pick(now, tried, settling=by_shard, batch=want - len(leases))
+            if n is None:
+                break
+            tried.add(n)
+            riding = by_shard.pop(n, [])
+            try:
+                got = self.shards[n].claim(queues, want - len(leases), token, default_limit,
+                                           first, riding)
+            except FairqueueError as exc:
+                self._chooser.failed(n, now)
+                unsettled += riding
+                failure = failure or exc
+                continue
+            answered = True
+            self._chooser.claimed(n, len(got.leases), got.runnable, got.next_due, now)
+            leases += got.leases
+            expired += got.expired
+            lost += got.lost
+            runnable += got.runnable
+        for n, settling in by_shard.items():  # acks of shards not claimed from
+            try:
+                lost += self.shards[n].claim([], 0, token, "", acks=settling).lost
+                answered = True
+            except FairqueueError as exc:
+                unsettled += settling
+                failure = failure or exc
+        if failure is not None and not answered:
+            raise failure
+        for lease in leases:
+            self._job_shard[lease.job_id] = self._by_tag[lease.store.keys.tag]
+        return Claim(leases, self._chooser.next_due(time.monotonic()), runnable=runnable,
+                     expired=expired, lost=lost, unsettled=unsettled, failure=failure)
+
+    def forget_recording(self) -> None:
+        """Every shard asks again whether a recorder listens (each has its own stream)."""
+        super().forget_recording()
+        for shard in self.shards:
+            shard.forget_recording()
+
+    def woken(self, channel: str) -> None:
+        """A shard signalled work on its wake channel (worker/wakeups.py): ask it next."""
+        self._chooser.woken(self.shard_of_key(channel))
+
+    def bury(self, job_id: str, reason: str, record: dict[str, Any] | None = None) -> None:
+        account = (record or {}).get("account")
+        shard = self.shard_for(str(account)) if account is not None else self
+        FairStore.bury(shard, job_id, reason, record)
+
+    def reap(self, batch: int = 500) -> int:
+        return sum(FairStore.reap(shard, batch) for shard in self.shards)
+
+    # -- the fleet -------------------------------------------------------------------------
+
+    def beat(self, worker_id: str, registration: WorkerRegistration | None,
+             job_ids: Sequence[str]) -> Beat:
+        """The registration renewed at the home shard, each leased job's lease on its own
+        (one of unknown shard, on every shard: it is lost where none holds it)."""
+        known = {job_id: self._job_shard[job_id] for job_id in job_ids
+                 if job_id in self._job_shard}
+        self._job_shard = known  # the jobs no longer held are forgotten
+        unknown = [job_id for job_id in job_ids if job_id not in known]
+        lost_everywhere: set[str] | None = None
+        lost: list[str] = []
+        instances: list[str] = []
+        live = 0
+        for n, shard in enumerate(self.shards):
+            mine = [job_id for job_id, at in known.items() if at == n]
+            beat = shard.beat(worker_id, registration if n == 0 else None, mine + unknown)
+            lost += [job_id for job_id in beat.lost if job_id in known]
+            missing = set(beat.lost) & set(unknown)
+            lost_everywhere = missing if lost_everywhere is None else lost_everywhere & missing
+            instances.append(beat.instance)
+            live = live or beat.live_workers
+        return Beat(lost=lost + sorted(lost_everywhere or ()), instance=",".join(instances),
+                    live_workers=live)
+
+    def instance(self) -> str:
+        """The shards' instance ids: one of them new means that shard lost its data."""
+        return ",".join(FairStore.instance(shard) for shard in self.shards)
+
+    # -- the operator ----------------------------------------------------------------------
+
+    def set_default_limit(self, limit: AccountLimit, *, only_if_unset: bool = False
+                          ) -> AccountLimit:
+        """Set at the home shard, then copied to every other shard's claim."""
+        held = FairStore.set_default_limit(self, limit, only_if_unset=only_if_unset)
+        for shard in self.shards[1:]:
+            shard.set_default_limit(held)
+        return held
+
+    def set_limit(self, account: str, limit: AccountLimit) -> None:
+        self._chooser.forget()
+        self.shard_for(account).set_limit(account, limit)
+
+    def clear_limit(self, account: str) -> None:
+        self._chooser.forget()
+        self.shard_for(account).clear_limit(account)
+
+    def get_limit(self, account: str) -> AccountLimit | None:
+        return self.shard_for(account).get_limit(account)
+
+    def limits(self) -> Iterator[tuple[str, AccountLimit]]:
+        for shard in self.shards:
+            yield from FairStore.limits(shard)
+
+    def refresh_windows(self) -> int:
+        return sum(FairStore.refresh_windows(shard) for shard in self.shards)
+
+    def task_shard(self, task_id: str) -> FairStore | None:
+        """The shard that holds the deliveries of a Celery task (all of them on its account's),
+        or None: each page of delivery ids (see Operator.deliveries_of) asked of every shard
+        in one round trip, scanning no jobs."""
+        pages = ([delivery_id(task_id, n) for n in range(start, start + 64)]
+                 for start in range(0, MAX_DELIVERY_LOOKUP, 64))
+        for ids in itertools.chain([[task_id]] if ":" in task_id else [], pages):
+            pipe = self.client.pipeline(transaction=False)
+            for shard in self.shards:
+                pipe.hmget(shard.keys.records, ids)
+            for shard, found in zip(self.shards, pipe.execute(), strict=True):
+                if any(found):
+                    return shard
+        return None
+
+    def deliveries_of(self, task_id: str) -> Iterator[tuple[str, str]]:
+        shard = self.task_shard(task_id)
+        if shard is not None:
+            yield from shard.deliveries_of(task_id)
+
+    def cancel(self, task_id: str) -> list[str]:
+        shard = self.task_shard(task_id)
+        return shard.cancel(task_id) if shard is not None else []
+
+    def run_now(self, task_id: str) -> list[str]:
+        self._chooser.forget()
+        shard = self.task_shard(task_id)
+        return shard.run_now(task_id) if shard is not None else []
+
+    def purge(self, queues: Sequence[str] | None = None, batch: int = 1000) -> int:
+        return sum(FairStore.purge(shard, queues, batch) for shard in self.shards)
+
+    def pause(self, account: str | None = None, queue: str | None = None, *, by: str = "",
+              reason: str = "") -> OperatorPause:
+        """An account's pause on its shard; a queue's at the home shard, then copied to the
+        other shards (each claim reads its own shard's)."""
+        if account is not None:
+            return self.shard_for(account).pause(account, queue, by=by, reason=reason)
+        held = FairStore.pause(self, None, queue, by=by, reason=reason)
+        for shard in self.shards[1:]:
+            shard.pause(None, queue, by=held.by, reason=held.reason)
+        return held
+
+    def resume(self, account: str | None = None, queue: str | None = None) -> bool:
+        self._chooser.forget()
+        if account is not None:
+            return self.shard_for(account).resume(account, queue)
+        existed = FairStore.resume(self, None, queue)
+        for shard in self.shards[1:]:
+            shard.resume(None, queue)
+        return existed
+
+    def pauses(self, limit: int = 10_000) -> list[OperatorPause]:
+        """The home shard's pauses and the accounts' pauses of the other shards."""
+        found = FairStore.pauses(self, limit)
+        for shard in self.shards[1:]:
+            found += [pause for pause in FairStore.pauses(shard, limit)
+                      if pause.account is not None]
+        return sorted(found, key=lambda p: (p.at, p.queue or "", p.account or ""))[:limit]
+
+    # -- readings of the whole store -------------------------------------------------------
+
+    def known_queues(self) -> list[str]:
+        return sorted({q for shard in self.shards for q in FairStore.known_queues(shard)})
+
+    def counts(self, queue: str) -> dict[str, int]:
+        return summed(FairStore.counts(shard, queue) for shard in self.shards)
+
+    def records(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
+        found: list[JobRecord | None] = [None] * len(job_ids)
+        for shard in self.shards:
+            for n, record in enumerate(FairStore.records(shard, job_ids)):
+                found[n] = found[n] or record
+        return found
+
+    def leased(self) -> list[tuple[str, JobRecord]]:
+        return [pair for shard in self.shards for pair in FairStore.leased(shard)]
+
+    def stats(self) -> dict[str, int]:
+        return summed(FairStore.stats(shard) for shard in self.shards)
+
+    def clear(self) -> int:
+        return sum(FairStore.clear(shard) for shard in self.shards)

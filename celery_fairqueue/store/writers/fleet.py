@@ -1,0 +1,79 @@
+"""The fleet: the registry of live workers and their heartbeat, which extends the leases of the
+jobs they run. The decisions are the scripts': a lease's renewal in ``heartbeat.lua``, the
+return of expired leases in ``reap.lua``, a registration in ``register_worker.lua``. An idle
+worker's wait for work is readers/wakeups.py."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..connection.door import StoreDoor
+
+#: A worker's registration outlives its last heartbeat by this many heartbeat intervals.
+REGISTRY_BEATS = 3
+
+
+
+@dataclass(frozen=True)
+class WorkerRegistration:
+    """What a worker tells the registry about itself on each heartbeat."""
+
+    name: str  # its Celery hostname (celery@host)
+    queues: Sequence[str]
+    slots: int  # pool size: jobs it can run at once
+    started: float = 0.0  # when it started (epoch seconds, its own clock)
+    succeeded: int = 0  # fair jobs it ran that succeeded, since it started
+    failed: int = 0  # fair jobs it ran that failed (to a retry or a dead letter)
+
+    def to_json(self) -> str:
+        return json.dumps({"name": self.name, "queues": list(self.queues), "slots": self.slots,
+                           "started": self.started, "succeeded": self.succeeded,
+                           "failed": self.failed})
+
+
+
+@dataclass(frozen=True)
+class Beat:
+    """What a worker's heartbeat learns: the leases it lost, the store's instance id (a new
+    one means Redis lost the data) and how many workers are registered."""
+
+    lost: list[str]
+    instance: str
+    live_workers: int
+
+
+
+class Fleet(StoreDoor):
+    """Register, beat and unregister workers."""
+
+    def registry_ttl(self) -> float:
+        return REGISTRY_BEATS * self.settings.heartbeat_interval
+
+    def register_worker(self, worker_id: str, registration: WorkerRegistration) -> float:
+        """Register (or renew) a live worker; returns the heartbeat's server time."""
+        return float(self._run("register_worker", [], [worker_id, registration.to_json(),
+                                                       self.registry_ttl()]))
+
+    def unregister_worker(self, worker_id: str) -> None:
+        """Leave the registry (a worker shutting down)."""
+        self._run("register_worker", [], [worker_id, "", -1])
+
+    def heartbeat(self, worker_id: str, registration: WorkerRegistration,
+                  job_ids: Sequence[str]) -> list[str]:
+        """Extend the leases of ``job_ids`` this worker owns and renew its registration;
+        returns the ids whose lease it lost."""
+        return self.beat(worker_id, registration, job_ids).lost
+
+    def beat(self, worker_id: str, registration: WorkerRegistration | None,
+             job_ids: Sequence[str]) -> Beat:
+        """:meth:`heartbeat`, also reading the store's instance id and the number of live
+        workers: a worker's whole beat in one round trip. No ``registration``: the leases
+        only (a shard other than the home one, which holds the registry)."""
+        lost, instance, workers = self._run("heartbeat", [], [
+            worker_id, self.settings.lease_seconds,
+            registration.to_json() if registration is not None else "", self.registry_ttl(),
+            uuid.uuid4().hex, *job_ids])
+        return Beat(lost=list(lost), instance=str(instance), live_workers=int(workers))
