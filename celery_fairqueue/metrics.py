@@ -13,8 +13,13 @@ hash, which the Lua scripts increment anyway.
 ``fairqueue_paused_accounts{queue}``              accounts an operator paused in the queue
 ``fairqueue_dead_letters``                        jobs in the dead-letter queue
 ``fairqueue_event_backlog``                       transitions not yet recorded
+``fairqueue_unrecorded_events{shard}``            the same per event stream (one per shard)
+``fairqueue_oldest_unrecorded_event_age_seconds`` how long ago the oldest transition not yet
+  ``{shard}``                                     recorded was written; 0: none waits
 ``fairqueue_<name>_total``                        enqueued, claimed, deferred, requeued,
-                                                  reaped, dead, replayed, acked, capped
+                                                  reaped, dead, replayed, acked, capped, ...;
+                                                  pruned: recorded jobs deleted past their
+                                                  retention (contrib/django/pruner.py)
 ``fairqueue_oldest_waiting_age_seconds{queue}``   how long the oldest waiting job (ready,
                                                   deferred by a limit, paused, or delayed and
                                                   due) has waited, from Redis; 0: none waits
@@ -63,6 +68,7 @@ COUNTERS = {
     "capped": "Claims that deferred an account at its concurrency cap.",
     "cancelled": "Waiting jobs taken out of the store by a revoke or cancel().",
     "expired": "Jobs dropped by the claim, past Celery's expires, without running.",
+    "pruned": "Recorded jobs (Job rows, with their attempts) deleted past their retention.",
 }
 QUEUE_GAUGES = {
     "ready": ("fairqueue_ready_jobs", "Jobs waiting for a worker."),
@@ -113,8 +119,21 @@ class FairqueueCollector:
         yield from gauges.values()
         yield GaugeMetricFamily("fairqueue_dead_letters", "Jobs in the dead-letter queue.",
                                 value=DeadLetters(self.app).count())
+        lags = EventReader(store, "metrics").lag()
         yield GaugeMetricFamily("fairqueue_event_backlog", "Transitions not yet recorded.",
-                                value=EventReader(store, "metrics").backlog())
+                                value=sum(lag.waiting for lag in lags))
+        waiting = GaugeMetricFamily("fairqueue_unrecorded_events",
+                                    "Transitions not yet recorded, per event stream (shard).",
+                                    labels=["shard"])
+        oldest = GaugeMetricFamily(
+            "fairqueue_oldest_unrecorded_event_age_seconds",
+            "Seconds since the oldest transition not yet recorded was written, per event "
+            "stream (shard); 0 when the recorders are through.", labels=["shard"])
+        for lag in lags:
+            waiting.add_metric([str(lag.shard)], lag.waiting)
+            oldest.add_metric([str(lag.shard)], lag.oldest_age)
+        yield waiting
+        yield oldest
         stats = store.stats()
         for name, doc in COUNTERS.items():
             yield CounterMetricFamily(f"fairqueue_{name}", doc, value=stats.get(name, 0))
@@ -174,6 +193,7 @@ def label(value: str) -> str:
 #: dashboard and alert rules are checked against it.
 METRIC_NAMES = frozenset({
     "fairqueue_store_up", "fairqueue_dead_letters", "fairqueue_event_backlog",
+    "fairqueue_unrecorded_events", "fairqueue_oldest_unrecorded_event_age_seconds",
     "fairqueue_oldest_waiting_age_seconds", "fairqueue_account_oldest_waiting_age_seconds",
     "fairqueue_queue_workers", "fairqueue_workers", "fairqueue_operator_pauses",
     "fairqueue_oldest_ready_age_seconds",

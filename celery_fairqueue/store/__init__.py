@@ -10,7 +10,7 @@ from .formats.dead_letter import DeadLetter
 from .formats.keys import Keys, QueueKeys
 from .readers.console import REASONS, ConsoleReader, LiveJob, QueueState, WorkerInfo
 from .readers.dead_letters import DeadLetterNotFound, DeadLetters
-from .readers.events import RECORDER_GROUP, EventReader, Leadership
+from .readers.events import RECORDER_GROUP, EventReader, Leadership, StreamLag
 from .readers.views import (
     AccountPage,
     AccountRow,
@@ -55,6 +55,7 @@ __all__ = [
     "ScheduledJob",
     "StoreInspector",
     "StoreStatus",
+    "StreamLag",
     "WakeSubscription",
     "WorkerInfo",
     "WorkerRegistration",

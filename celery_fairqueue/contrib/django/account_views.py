@@ -34,7 +34,7 @@ from .actions import (
 from .admin.common import ID_WIDTH, account_url, exact, exact_epoch
 from .charts import throughput_svg
 from .conf import celery_app
-from .live import account_live, store_live, unserved_queues
+from .live import StoreLive, account_live, store_live, unserved_queues
 
 PAGE_SIZE = 50  # each account on the page costs a read of the store
 OVERVIEW_ID_WIDTH = 24  # an account id in the overview's first column: one line
@@ -199,6 +199,16 @@ def reason_of(states: list[QueueState], recorded: dict[str, Any] | None = None,
     return rows
 
 
+def recording_lag(live: StoreLive) -> dict[str, Any]:
+    """The recorders' lag for the overview: events waiting, the oldest's age, and the event
+    streams (shards) behind."""
+    behind = [{"shard": lag.shard, "waiting": lag.waiting, "oldest": duration(lag.oldest_age)}
+              for lag in live.recording if lag.waiting]
+    return {"waiting": sum(lag.waiting for lag in live.recording),
+            "oldest": duration(max((lag.oldest_age for lag in live.recording), default=0.0)),
+            "behind": behind}
+
+
 def overview_view(request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
     """Accounts by oldest waiting job (or by id), paged in the database, with their reason
     now; per-queue totals, throughput over the last hour, live workers."""
@@ -256,6 +266,7 @@ def overview_view(request: HttpRequest, context: dict[str, Any]) -> HttpResponse
         "sort_account_url": link(o="account", p=1),
         "queues": queues,
         "workers": workers,
+        "recording": recording_lag(live),
         "unserved": unserved_queues(live),
         "live_error": live.error,
         "chart": throughput_svg(console.throughput(now)),

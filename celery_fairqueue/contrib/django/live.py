@@ -13,10 +13,12 @@ from celery import Celery
 from ...errors import FairqueueError
 from ...store import (
     ConsoleReader,
+    EventReader,
     LiveJob,
     QueueState,
     QueueStatus,
     StoreInspector,
+    StreamLag,
     WorkerInfo,
     store_for,
 )
@@ -40,6 +42,7 @@ class StoreLive:
     queues: list[QueueStatus] = field(default_factory=list)
     oldest: dict[str, float | None] = field(default_factory=dict)
     workers: list[WorkerInfo] = field(default_factory=list)
+    recording: list[StreamLag] = field(default_factory=list)  # each event stream's lag
     server_time: float | None = None
     error: str | None = None
 
@@ -57,7 +60,7 @@ def account_live(app: Celery, account: str, jobs: int = 50) -> AccountLive:
 
 def store_live(app: Celery, accounts: list[str]) -> StoreLive:
     """States of ``accounts`` (each read on its shard), per-queue totals with their oldest
-    waiting age and live workers (every shard's)."""
+    waiting age, live workers and the recorders' lag (every shard's)."""
     live = StoreLive()
     try:
         inspector = StoreInspector(app)
@@ -67,6 +70,7 @@ def store_live(app: Celery, accounts: list[str]) -> StoreLive:
         live.queues = status.queues
         live.oldest = {queue.queue: queue.oldest_waiting for queue in status.queues}
         live.workers = status.workers
+        live.recording = EventReader(inspector.store, "console").lag()
         for account in accounts:
             try:  # the queues and workers read once for the page, not once per account
                 live.states[account] = inspector.console.account_state(

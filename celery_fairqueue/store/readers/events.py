@@ -13,6 +13,7 @@ One recorder leads at a time, holding a Redis lock (:class:`Leadership`).
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import LockError
@@ -24,7 +25,7 @@ from ..shards.shard import FairStore
 
 RECORDER_GROUP = "fairqueue-recorder"
 
-__all__ = ["RECORDER_GROUP", "Event", "EventReader", "Leadership"]
+__all__ = ["RECORDER_GROUP", "Event", "EventReader", "Leadership", "StreamLag"]
 
 
 class EventReader:
@@ -135,6 +136,28 @@ class EventReader:
         """Events written and not yet recorded, on every shard."""
         return sum(length for length, in per_shard(
             self.store, lambda pipe, shard: pipe.xlen(shard.keys.events)))
+
+    def lag(self) -> list[StreamLag]:
+        """Each stream's events waiting to be recorded and the age of its oldest, in Redis
+        time (an entry's id is its time in ms; recorded entries are deleted)."""
+        replies = per_shard(self.store, lambda pipe, shard: (
+            pipe.xlen(shard.keys.events), pipe.xrange(shard.keys.events, count=1),
+            pipe.time()))
+        found = []
+        for shard, (waiting, oldest, (seconds, micros)) in enumerate(replies):
+            now = int(seconds) + int(micros) / 1e6
+            born = int(str(oldest[0][0]).split("-")[0]) / 1000 if oldest else now
+            found.append(StreamLag(shard, int(waiting), max(0.0, now - born)))
+        return found
+
+
+@dataclass(frozen=True)
+class StreamLag:
+    """How far the recorders are behind on one shard's stream."""
+
+    shard: int
+    waiting: int  # events not yet recorded
+    oldest_age: float  # seconds since the oldest of them was written; 0 when none waits
 
 
 class Leadership:
