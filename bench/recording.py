@@ -37,7 +37,8 @@ from pathlib import Path
 import django
 from django.conf import settings
 
-from bench._common import ROOT, SHARDS_ENV, ratio, redis_server, workers
+from bench._common import ROOT, ratio, redis_server, workers
+from bench.environment import SHARDS_ENV
 from tests.harness import PostgresServer, find_postgres_bindir
 
 FLAGS = {"pool": "prefork", "concurrency": 2}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from django.db import connections, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -133,8 +134,12 @@ def load(fold: Fold, events: Sequence[Event], db: str) -> None:
     queries (on PostgreSQL with each set of ids as one array, which costs no SQL to build)."""
     keys, tasks, deliveries = fold.unknown(events)
     job_fields = ["job_key", *STATE_FIELDS]
-    if connections[db].vendor == "postgresql":
-        with connections[db].cursor() as cursor:
+    connection = connections[db]
+    if connection.vendor == "postgresql":
+        connection.ensure_connection()
+        # the driver's own cursor binds on the server: Django's client-side binding would
+        # quote each id of the arrays in Python
+        with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
             if keys or tasks:
                 cursor.execute(f"SELECT {', '.join(job_fields)} FROM {Job._meta.db_table} "
                                "WHERE job_key = ANY(%s) OR task_id = ANY(%s)",
