@@ -10,7 +10,7 @@ from .formats.dead_letter import DeadLetter
 from .formats.keys import Keys, QueueKeys
 from .readers.console import REASONS, ConsoleReader, LiveJob, QueueState, WorkerInfo
 from .readers.dead_letters import DeadLetterNotFound, DeadLetters
-from .readers.events import RECORDER_GROUP, EventReader, Leadership, StreamLag
+from .readers.events import RECORDER_GROUP, EventReader, Leadership, StreamLag, StreamLeases
 from .readers.views import (
     AccountPage,
     AccountRow,
@@ -56,6 +56,7 @@ __all__ = [
     "StoreInspector",
     "StoreStatus",
     "StreamLag",
+    "StreamLeases",
     "WakeSubscription",
     "WorkerInfo",
     "WorkerRegistration",

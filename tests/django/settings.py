@@ -74,4 +74,4 @@ class FairqueueRouter:
 
 
 DATABASE_ROUTERS = ["tests.django.settings.FairqueueRouter"]
-CELERY_FAIRQUEUE_APP = "tests.apps.fair.app"
+CELERY_FAIRQUEUE_APP = os.environ.get("FAIRQUEUE_TEST_APP", "tests.apps.fair.app")

@@ -18,15 +18,17 @@ Recording must not slow the jobs down: after a batch smaller than ``batch`` the 
 through COPY (see ``writer.PostgresCopy``). State is visible within ``block_ms + linger_ms``
 plus the write, well under 2 s.
 
-One recorder leads at a time. Events must be applied in stream order (a ``running`` applied
-after the ``succeeded`` of the same delivery would show a finished job as running); a store of
-shards has a stream per shard, and a job's events are all in its account's shard's, so each
-stream's order is all it takes. A consumer group hands different events to different
-consumers, so several recorders reading at once would race. Every recorder therefore takes a
-Redis lock before reading; the others stand by and take over within ``lock_seconds`` when the
-leader dies, adopting the entries it had read but not acknowledged. Applying is also
-idempotent (a batch applied twice, because its ack was lost, gives the same rows) and ignores
-events older than the job's current delivery.
+Each event stream has one leading recorder at a time. Events must be applied in stream order
+(a ``running`` applied after the ``succeeded`` of the same delivery would show a finished job
+as running); a store of shards has a stream per shard, and a job's events are all in its
+account's shard's, so each stream's order is all it takes. A consumer group hands different
+events to different consumers, so two recorders reading one stream would race. Every recorder
+therefore holds a short lease on each stream it reads (``StreamLeases``): the live recorders
+share a sharded store's streams evenly, hand streams over when one joins or leaves, and take
+over those of one that died within ``lock_seconds``, adopting the entries it had read but not
+acknowledged. One recorder alone leads every stream. Applying is also idempotent (a batch
+applied twice, because its ack was lost, gives the same rows) and ignores events older than
+the job's current delivery.
 
 A job enqueued while its account is paused by a limit is ready in Redis but waits for the
 account: the recorder remembers the pauses it saw (``account_deferred`` until ``account_ready``)
@@ -63,7 +65,7 @@ from django.db import (
 from ...errors import StoreUnavailableError
 from ...protocol import Event
 from ...settings import settings_for
-from ...store import EventReader, Leadership, open_store
+from ...store import EventReader, StreamLeases, open_store
 from . import writer
 from .fold import NO_OUTCOME, Fold
 from .models import Job
@@ -105,7 +107,9 @@ class Recorder:
         self.linger = linger_ms / 1000
         self.max_backoff = max_backoff
         self.db = router.db_for_write(Job)
-        self._leadership = Leadership(self.store, lock_seconds)
+        # a lease a stream, for two thirds of lock_seconds, balanced every sixth: the streams
+        # of a recorder that died are taken over within lock_seconds
+        self._leases = StreamLeases(self.store, self.consumer_name, lock_seconds * 2 / 3)
         self.leading = False
         self._renewed = float("-inf")
         self._group_ready = False
@@ -209,7 +213,7 @@ class Recorder:
                     applied = self._overlapped(pool) if overlap else self.run_once()
                     failures = 0
                     if not self.leading:
-                        stop_event.wait(self.lock_seconds / 3)
+                        stop_event.wait(self.lock_seconds / 6)
                     elif 0 < applied < self.batch:
                         # group commit: a read returns as soon as one event is there, so a
                         # recorder that keeps up would spend a transaction on every few events
@@ -295,28 +299,29 @@ class Recorder:
             logger.exception("fairqueue recorder: recording failed; retrying", exc_info=exc)
 
     def release(self) -> None:
-        """Hand the lead to a standby recorder at once instead of after ``lock_seconds``."""
-        if self.leading:
-            self.leading = False
-            self._leadership.release()
+        """Hand the streams to the other recorders at once instead of after their leases."""
+        self.leading = False
+        with contextlib.suppress(StoreUnavailableError):
+            self._leases.release()
         connections[self.db].close()
 
     def _backoff(self, failures: int) -> float:
         return min(self.max_backoff, 0.25 * 2 ** (failures - 1))
 
     def _lead(self) -> bool:
-        if self.leading:
-            if time.monotonic() - self._renewed < self.lock_seconds / 3:
-                return True
-            if self._leadership.renew():
-                self._renewed = time.monotonic()
-                return True
-            self.leading = False
-            logger.warning("fairqueue recorder %s lost the lead", self.consumer_name)
-        if not self._leadership.acquire():
-            return False
-        self.leading = True
+        """Whether this recorder leads any stream now; every ``lock_seconds / 6`` (and at
+        every call while it leads none) it balances the streams with the other recorders."""
+        if self.leading and time.monotonic() - self._renewed < self.lock_seconds / 6:
+            return True
+        gained, lost = self._leases.balance()
         self._renewed = time.monotonic()
-        self.reader.adopt_pending()
-        logger.info("fairqueue recorder %s leads", self.consumer_name)
-        return True
+        if gained or lost:
+            self._settle()  # what is being written is acked before the streams change
+            self.reader.follow(self._leases.leading)
+            if gained:
+                self.reader.adopt_pending(gained)
+            logger.info("fairqueue recorder %s leads %d of %d event streams (%d taken, %d "
+                        "handed back or lost)", self.consumer_name, len(self._leases.held),
+                        len(self._leases.streams), len(gained), len(lost))
+        self.leading = bool(self._leases.held)
+        return self.leading

@@ -167,6 +167,11 @@ class Keys:
         return self._key("recorder")
 
     @cached_property
+    def recorders(self) -> str:
+        """Sorted set of the live recorders: name -> when its registration ends."""
+        return self._key("recorders")
+
+    @cached_property
     def instance(self) -> str:
         """A random id written once: if it changes or vanishes, Redis lost the store's data."""
         return self._key("instance")

@@ -13,6 +13,7 @@ One recorder leads at a time, holding a Redis lock (:class:`Leadership`).
 from __future__ import annotations
 
 import contextlib
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,7 @@ from ..shards.shard import FairStore
 
 RECORDER_GROUP = "fairqueue-recorder"
 
-__all__ = ["RECORDER_GROUP", "Event", "EventReader", "Leadership", "StreamLag"]
+__all__ = ["RECORDER_GROUP", "Event", "EventReader", "Leadership", "StreamLag", "StreamLeases"]
 
 
 class EventReader:
@@ -39,7 +40,14 @@ class EventReader:
         self.streams = [shard.keys.events for shard in store.shards]
         self.group = group
         self.consumer = consumer
+        self.reading = list(self.streams)  # those this consumer reads (its recorder leads)
         self._pending_after: dict[str, str] = {}  # stream -> the last pending entry read
+        self.rewind()
+
+    def follow(self, streams: list[str]) -> None:
+        """Read these streams from now on (those its recorder leads), each from its first
+        pending entry."""
+        self.reading = [stream for stream in self.streams if stream in streams]
         self.rewind()
 
     @property
@@ -65,7 +73,7 @@ class EventReader:
         its order: all are asked at once without waiting, then, while none has any, one after
         the other for a share of ``block_ms``. Reading on before acknowledging is safe: the
         next read starts after the last one."""
-        pending = [stream for stream in self.streams if stream in self._pending_after]
+        pending = [stream for stream in self.reading if stream in self._pending_after]
         if pending:
             pipe = self.client.pipeline(transaction=False)
             for stream in pending:
@@ -74,7 +82,7 @@ class EventReader:
             events = self._collect(pending, pipe.execute())
             if events:
                 return events
-        caught_up = [stream for stream in self.streams if stream not in self._pending_after]
+        caught_up = [stream for stream in self.reading if stream not in self._pending_after]
         if len(caught_up) > 1:
             pipe = self.client.pipeline(transaction=False)
             for stream in caught_up:
@@ -82,7 +90,7 @@ class EventReader:
             events = self._collect(caught_up, pipe.execute())
             if events:
                 return events
-        share = max(block_ms // len(self.streams), 1)
+        share = max(block_ms // max(len(self.reading), 1), 1)
         for stream in caught_up:
             reply: Any = self.client.xreadgroup(self.group, self.consumer, {stream: ">"},
                                                 count=count, block=share)
@@ -93,7 +101,7 @@ class EventReader:
 
     def rewind(self) -> None:
         """Read this consumer's pending entries from the first again (after a failed write)."""
-        self._pending_after = dict.fromkeys(self.streams, "0")
+        self._pending_after = dict.fromkeys(self.reading, "0")
 
     def _collect(self, streams: list[str], replies: list[Any]) -> list[Event]:
         events: list[Event] = []
@@ -119,9 +127,10 @@ class EventReader:
             pipe.xdel(stream, *ids)
             pipe.execute()
 
-    def adopt_pending(self) -> None:
-        """Take over the entries an earlier leader read and never acknowledged."""
-        for stream in self.streams:
+    def adopt_pending(self, streams: list[str] | None = None) -> None:
+        """Take over the entries an earlier leader of ``streams`` (default: those read) read
+        and never acknowledged."""
+        for stream in self.reading if streams is None else streams:
             start = "0-0"
             while True:
                 reply = self.client.xautoclaim(
@@ -161,15 +170,17 @@ class StreamLag:
 
 
 class Leadership:
-    """The recorders' lock: whoever holds it applies events; the others stand by."""
+    """One stream's lease (its shard's recorder lock): whoever holds it applies the stream's
+    events; it holds the holder's name, so anyone can see who leads."""
 
-    def __init__(self, store: FairStore, seconds: float) -> None:
+    def __init__(self, store: FairStore, seconds: float, holder: str = "") -> None:
         self._lock = store.client.lock(store.keys.recorder_lock, timeout=seconds,
                                        thread_local=False)
+        self.holder = holder or None
 
     def acquire(self) -> bool:
         """Take the lead if nobody holds it; never waits."""
-        return bool(self._lock.acquire(blocking=False))
+        return bool(self._lock.acquire(blocking=False, token=self.holder))
 
     def renew(self) -> bool:
         """Keep the lead for another term; False when it expired and someone else may lead."""
@@ -184,3 +195,65 @@ class Leadership:
         itself."""
         with contextlib.suppress(LockError, StoreUnavailableError):
             self._lock.release()
+
+
+class StreamLeases:
+    """The event streams one recorder leads: a lease per stream, the streams shared evenly
+    among the live recorders, each registered for a term at the store's home.
+
+    :meth:`balance` runs every few seconds: it renews the recorder's registration and leases,
+    hands back the streams over its share (so a recorder that joins gets its part) and takes
+    free ones up to it (so the streams of one that left or died are taken over once its
+    leases and registration run out, both ``seconds`` long)."""
+
+    def __init__(self, store: FairStore, name: str, seconds: float) -> None:
+        self.store = store
+        self.name = name
+        self.seconds = seconds
+        self.streams = [shard.keys.events for shard in store.shards]
+        self._leases = [Leadership(shard, seconds, name) for shard in store.shards]
+        self.held: set[int] = set()
+        self._first = zlib.crc32(name.encode("utf-8", "backslashreplace")) % len(self.streams)
+
+    def balance(self) -> tuple[list[str], list[str]]:
+        """Renew, hand back, take up: returns (the streams gained, the streams lost)."""
+        share = -(-len(self.streams) // self._register())
+        lost = [n for n in sorted(self.held) if not self._leases[n].renew()]
+        self.held.difference_update(lost)
+        while len(self.held) > share:
+            extra = max(self.held)
+            self._leases[extra].release()
+            self.held.discard(extra)
+            lost.append(extra)
+        gained = []
+        for step in range(len(self.streams)):
+            n = (self._first + step) % len(self.streams)
+            if len(self.held) >= share:
+                break
+            if n not in self.held and self._leases[n].acquire():
+                self.held.add(n)
+                gained.append(n)
+        return [self.streams[n] for n in gained], [self.streams[n] for n in lost]
+
+    def _register(self) -> int:
+        """Note this recorder alive for another term; returns the live recorders."""
+        seconds, micros = self.store.client.time()
+        now = int(seconds) + int(micros) / 1e6
+        pipe = self.store.client.pipeline(transaction=False)
+        pipe.zadd(self.store.keys.recorders, {self.name: now + self.seconds})
+        pipe.zremrangebyscore(self.store.keys.recorders, "-inf", now)
+        pipe.zcard(self.store.keys.recorders)
+        return max(1, int(pipe.execute()[2]))
+
+    @property
+    def leading(self) -> list[str]:
+        """The streams this recorder leads, in the store's order."""
+        return [stream for n, stream in enumerate(self.streams) if n in self.held]
+
+    def release(self) -> None:
+        """Hand every lease back and leave, so the others take over at once."""
+        for n in self.held:
+            self._leases[n].release()
+        self.held.clear()
+        with contextlib.suppress(StoreUnavailableError):
+            self.store.client.zrem(self.store.keys.recorders, self.name)
