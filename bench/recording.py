@@ -167,7 +167,7 @@ def backlog_round(server, postgres: PostgresServer, options: argparse.Namespace
     store = store_for(app.app)
     reader = EventReader(store, "bench")
     reader.ensure_group()
-    store._recording_checked = float("-inf")  # skip the 5 s "nobody records"
+    store.forget_recording()  # skip the 5 s "nobody records"
     for n in range(options.jobs):
         app.fair_keyed_noop.delay(f"acct{n % options.accounts}", n)
     with workers(server, 2, **BACKLOG_WORKERS):
