@@ -46,6 +46,7 @@ FLAGS = {"pool": "prefork", "concurrency": 2}
 
 BACKLOG_WORKERS = {"pool": "threads", "concurrency": 8}
 DB_PORT_ENV = "FQ_BENCH_DB_PORT"
+BATCH_ENV = "FQ_BENCH_RECORDER_BATCH"
 
 
 def configure_django(port: int | str, name: str) -> None:
@@ -109,14 +110,15 @@ def phase(server, jobs: int, accounts: int, record: bool) -> tuple[float, float 
 
 
 def cpu_seconds(pids: list[int]) -> float:
-    """User and system CPU of ``pids`` so far (those that are gone count nothing)."""
+    """User and system CPU of ``pids`` so far, with that of their children that ended (the
+    postmaster's backends that closed); those that are gone count nothing."""
     total = 0
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
+        total += sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
     return total / os.sysconf("SC_CLK_TCK")
 
 
@@ -142,7 +144,8 @@ def recorder_child(name: str) -> None:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    recorder = Recorder(app.app, name, lock_seconds=5.0)
+    recorder = Recorder(app.app, name, lock_seconds=5.0,
+                        batch=int(os.environ.get(BATCH_ENV, "500")))
     recorder.reader.ensure_group()
     print("ready", flush=True)
     sys.stdin.readline()
@@ -177,7 +180,8 @@ def backlog_round(server, postgres: PostgresServer, options: argparse.Namespace
                 raise TimeoutError(f"only {client.get('done')} of {options.jobs} done")
             time.sleep(0.05)
     run = options.jobs / (float(client.get("last")) - float(client.get("first")))
-    env = {**os.environ, DB_PORT_ENV: str(postgres.port), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, DB_PORT_ENV: str(postgres.port), "PYTHONPATH": str(ROOT),
+           BATCH_ENV: str(options.batch)}
     children = [subprocess.Popen([sys.executable, "-m", "bench.recording", "--child",
                                   f"recorder{n}"], cwd=ROOT, env=env, stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, text=True)
@@ -217,8 +221,8 @@ def backlog(server, postgres: PostgresServer, options: argparse.Namespace) -> No
     """The backlog mode's rounds and verdict (acceptance: best recorded/run >= 1.5)."""
     rounds = [backlog_round(server, postgres, options) for _ in range(options.rounds)]
     print(f"\nrecording a backlog, {options.jobs} keyed no-op jobs over {options.accounts} "
-          f"accounts, S={options.shards}, {options.recorders} recorder(s), 2 workers x 8 "
-          f"threads, {options.rounds} rounds")
+          f"accounts, S={options.shards}, {options.recorders} recorder(s) of batch "
+          f"{options.batch}, 2 workers x 8 threads, {options.rounds} rounds")
     for run, recorded, cpu, db in rounds:
         print(f"    run {run:6.0f} jobs/s   recorded {recorded:6.0f} jobs/s   "
               f"ratio {recorded / run:.2f}   recorder CPU {cpu:4.0f} us/job   "
@@ -237,6 +241,8 @@ def main() -> None:
     parser.add_argument("--backlog", action="store_true", help="the recorder against a backlog")
     parser.add_argument("--shards", type=int, default=1, help="the store's shards (backlog)")
     parser.add_argument("--recorders", type=int, default=1, help="recorder processes (backlog)")
+    parser.add_argument("--batch", type=int, default=500, help="events a recorder's batch "
+                                                             "(backlog)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
