@@ -24,6 +24,7 @@ PostgreSQL (every process of its cluster, from /proc) while they record.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
 import signal
@@ -145,8 +146,9 @@ def recorder_child(name: str) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     recorder = Recorder(app.app, name, lock_seconds=5.0,
-                        batch=int(os.environ.get(BATCH_ENV, "500")))
+                        batch=int(os.environ.get(BATCH_ENV, "2000")))
     recorder.reader.ensure_group()
+    gc.freeze()  # as manage.py fairqueue_recorder does
     print("ready", flush=True)
     sys.stdin.readline()
     recorder.run_forever(stop)
@@ -241,7 +243,7 @@ def main() -> None:
     parser.add_argument("--backlog", action="store_true", help="the recorder against a backlog")
     parser.add_argument("--shards", type=int, default=1, help="the store's shards (backlog)")
     parser.add_argument("--recorders", type=int, default=1, help="recorder processes (backlog)")
-    parser.add_argument("--batch", type=int, default=500, help="events a recorder's batch "
+    parser.add_argument("--batch", type=int, default=2000, help="events a recorder's batch "
                                                              "(backlog)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     options = parser.parse_args()

@@ -94,7 +94,7 @@ def default_consumer_name() -> str:
 class Recorder:
     """Reads the event stream of ``app``'s fair store into the database; see the module doc."""
 
-    def __init__(self, app: Celery, consumer_name: str | None = None, batch: int = 500,
+    def __init__(self, app: Celery, consumer_name: str | None = None, batch: int = 2000,
                  block_ms: int = 500, lock_seconds: float = 30.0, linger_ms: int = 200,
                  max_backoff: float = 5.0) -> None:
         self.app = app

@@ -40,6 +40,8 @@ from .rows import (
 )
 
 logger = logging.getLogger("celery_fairqueue.contrib.django.recorder")
+#: A set of ids passed as one JSON array (:func:`_ids_json`), matched through an index.
+IDS = "ANY(ARRAY(SELECT jsonb_array_elements_text(%s::jsonb)))"
 
 
 @dataclass
@@ -131,24 +133,24 @@ class PostgresCopy:
 
 def load(fold: Fold, events: Sequence[Event], db: str) -> None:
     """Hand ``fold`` the stored rows ``events`` may touch that it does not hold yet, in two
-    queries (on PostgreSQL with each set of ids as one array, which costs no SQL to build)."""
+    queries (on PostgreSQL with each set of ids as one JSON array: no SQL to build)."""
     keys, tasks, deliveries = fold.unknown(events)
     job_fields = ["job_key", *STATE_FIELDS]
     connection = connections[db]
     if connection.vendor == "postgresql":
         connection.ensure_connection()
-        # the driver's own cursor binds on the server: Django's client-side binding would
-        # quote each id of the arrays in Python
+        # the driver's own cursor binds on the server (Django's client-side binding would
+        # quote each id of the arrays in Python) and reads the rows in binary
         with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
             if keys or tasks:
                 cursor.execute(f"SELECT {', '.join(job_fields)} FROM {Job._meta.db_table} "
-                               "WHERE job_key = ANY(%s) OR task_id = ANY(%s)",
-                               [_columns(keys), _columns(tasks)])
+                               f"WHERE job_key = {IDS} OR task_id = {IDS}",
+                               [_ids_json(keys), _ids_json(tasks)], binary=True)
                 fold.know(map(job_row, cursor.fetchall()))
             if deliveries:
                 cursor.execute(f"SELECT {', '.join(ATTEMPT_LOADED)} FROM "
-                               f"{Attempt._meta.db_table} WHERE delivery_id = ANY(%s) "
-                               "ORDER BY id", [_columns(deliveries)])
+                               f"{Attempt._meta.db_table} WHERE delivery_id = {IDS} "
+                               "ORDER BY id", [_ids_json(deliveries)], binary=True)
                 fold.know((), map(attempt_row, cursor.fetchall()))
         return
     if keys or tasks:
@@ -163,6 +165,12 @@ def load(fold: Fold, events: Sequence[Event], db: str) -> None:
 
 def _columns(ids: set[str]) -> list[str]:
     return [to_column(value) for value in ids]
+
+
+def _ids_json(ids: set[str]) -> str:
+    """Ids as one JSON array: json.dumps builds it in C, where the driver dumps an array
+    parameter element by element in Python."""
+    return json.dumps(_columns(ids))
 
 
 def prepare(fold: Fold) -> Writes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 import threading
 from typing import Any
@@ -21,7 +22,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--consumer", default=default_consumer_name(),
                             help="This recorder's name in the stream's consumer group.")
-        parser.add_argument("--batch", type=int, default=500, help="Events per transaction.")
+        parser.add_argument("--batch", type=int, default=2000, help="Events per transaction.")
         parser.add_argument("--block-ms", type=int, default=500,
                             help="How long one read waits for new events.")
         parser.add_argument("--lock-seconds", type=float, default=30.0,
@@ -35,6 +36,7 @@ class Command(BaseCommand):
         recorder = Recorder(celery_app(), options["consumer"], batch=options["batch"],
                             lock_seconds=options["lock_seconds"],
                             block_ms=options["block_ms"])
+        gc.freeze()  # what is loaded by now lives as long as the process: never scan it again
         self.stdout.write(f"fairqueue recorder {recorder.consumer_name}: recording; stop with "
                           "SIGTERM or Ctrl-C", ending="\n")
         self.stdout.flush()
