@@ -17,6 +17,7 @@ from celery_fairqueue.contrib.django.fold import (
 )
 from celery_fairqueue.contrib.django.models import Attempt, Job
 from celery_fairqueue.contrib.django.rows import AttemptRow, JobRow
+from celery_fairqueue.contrib.django.writer import prepare
 from celery_fairqueue.protocol import EVENT_FIELDS, Event, EventType, encode_id
 
 Status = Job.Status
@@ -233,3 +234,23 @@ def test_arguments_that_are_not_an_object_or_hold_nul_are_shown_safely():
     assert only_job(fold(enqueued(args="[1, 2]"))).args == {"args": [1, 2]}
     assert only_job(fold(enqueued(args='{"x": "n\\u0000ul"}'))).args == {"x": "nul"}
     assert only_job(fold(enqueued(args="not json"))).args == {}
+
+
+def test_a_job_whose_events_share_a_batch_is_written_once_with_its_attempt_closed():
+    writes = prepare(fold(enqueued(), event(EventType.RUNNING, 1, job="t1:0", worker="w"),
+                          event(EventType.SUCCEEDED, 2, job="t1:0")))
+    [row] = writes.fresh
+    assert row[0] == "k1" and Status.SUCCEEDED in row and not writes.moved
+    [attempt] = writes.new_attempts
+    assert attempt[0] == "k1" and Outcome.SUCCEEDED in attempt and not writes.closed_attempts
+
+
+def test_a_stored_job_moved_on_is_written_without_its_arguments():
+    stored = JobRow(job_key="k1", task_id="t1", delivery_id="t1:0", task="proj.send",
+                    queue="default", account="acme", status=Status.RUNNING, attempts=1)
+    running = AttemptRow(delivery_id="t1:0", number=1, started_at=at(T0), stored=True)
+    folded = Fold()
+    folded.know([stored], [running])
+    writes = prepare(fold(event(EventType.SUCCEEDED, 5, job="t1:0"), fold=folded))
+    assert not writes.fresh and len(writes.moved) == 1 and not writes.new_attempts
+    assert writes.closed_attempts == [("t1:0", at(T0), Outcome.SUCCEEDED, "", at(T0 + 5))]
