@@ -239,8 +239,8 @@ def test_arguments_that_are_not_an_object_or_hold_nul_are_shown_safely():
 def test_a_job_whose_events_share_a_batch_is_written_once_with_its_attempt_closed():
     writes = prepare(fold(enqueued(), event(EventType.RUNNING, 1, job="t1:0", worker="w"),
                           event(EventType.SUCCEEDED, 2, job="t1:0")))
-    [row] = writes.fresh
-    assert row[0] == "k1" and Status.SUCCEEDED in row and not writes.moved
+    [row] = writes.new
+    assert row[0] == "k1" and Status.SUCCEEDED in row and not writes.moved + writes.fresh
     [attempt] = writes.new_attempts
     assert attempt[0] == "k1" and Outcome.SUCCEEDED in attempt and not writes.closed_attempts
 
@@ -252,5 +252,5 @@ def test_a_stored_job_moved_on_is_written_without_its_arguments():
     folded = Fold()
     folded.know([stored], [running])
     writes = prepare(fold(event(EventType.SUCCEEDED, 5, job="t1:0"), fold=folded))
-    assert not writes.fresh and len(writes.moved) == 1 and not writes.new_attempts
+    assert not writes.new + writes.fresh and len(writes.moved) == 1 and not writes.new_attempts
     assert writes.closed_attempts == [("t1:0", at(T0), Outcome.SUCCEEDED, "", at(T0 + 5))]

@@ -89,6 +89,7 @@ class Fold:
         """Start from the rows of the batch before, as it left them (newer than the tables
         while its write is under way)."""
         for job in before.dirty.values():
+            job.stored = True  # as its attempts: written before this batch is
             self.by_key[job.job_key] = self.by_task[job.task_id] = job
         touched = [*before.new_attempts, *before.closed_attempts.values()]
         for attempt in touched:  # with all its delivery's attempts, oldest first

@@ -36,7 +36,8 @@ ATTEMPT_LOADED = ["delivery_id", "number", "worker", "started_at", "finished_at"
 
 @dataclass(slots=True, eq=False)
 class JobRow:
-    """A Job row; ``args`` is None while the stored arguments stand."""
+    """A Job row; ``args`` is None while the stored arguments stand, ``stored`` once the
+    table holds the row (a new one is inserted, a stored one updated)."""
 
     job_key: str
     task_id: str
@@ -57,6 +58,7 @@ class JobRow:
     worker: str = ""
     args: dict | None = None
     args_text: str = ""
+    stored: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -115,7 +117,9 @@ _ATTEMPT_IDS = [n for n, name in enumerate(ATTEMPT_LOADED) if name in ID_FIELDS]
 
 def job_row(values: tuple) -> JobRow:
     """A loaded job (``job_key`` and :data:`STATE_FIELDS`) with its ids as the store's."""
-    return JobRow(*_ids(values, _JOB_IDS))
+    row = JobRow(*_ids(values, _JOB_IDS))
+    row.stored = True
+    return row
 
 
 def attempt_row(values: tuple) -> AttemptRow:

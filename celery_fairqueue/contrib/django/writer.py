@@ -47,9 +47,11 @@ IDS = "ANY(ARRAY(SELECT jsonb_array_elements_text(%s::jsonb)))"
 @dataclass
 class Writes:
     """One batch's writes as column values: one row per job, the jobs that were enqueued in
-    the batch with their arguments (``fresh``), the others without (``moved``)."""
+    the batch with their arguments (``new`` to insert, ``fresh`` to update), the others
+    without (``moved``)."""
 
     account_updates: list[tuple[str, dict, dict]] = field(default_factory=list)
+    new: list[tuple] = field(default_factory=list)
     fresh: list[tuple] = field(default_factory=list)
     moved: list[tuple] = field(default_factory=list)
     new_attempts: list[tuple] = field(default_factory=list)
@@ -60,10 +62,11 @@ class PostgresCopy:
     """The batch's writes on PostgreSQL through COPY, in the batch's transaction.
 
     Django's bulk_create spends most of the recorder's time turning values into SQL in Python;
-    COPY hands them over in C. Every write goes through a staging table emptied at commit, then
-    one statement: an upsert of the fresh jobs, an update of the moved ones (their arguments,
-    the largest values, stay as stored), an insert of the attempts (joined to their job by its
-    key, so no job id travels back to Python) and an update of the attempts closed.
+    COPY hands them over in C. New jobs are copied straight into the table; every other write
+    goes through a staging table emptied at commit, then one statement: an upsert of the jobs
+    enqueued again, an update of the moved ones (their arguments, the largest values, stay as
+    stored), an insert of the attempts (joined to their job by its key, so no job id travels
+    back to Python) and an update of the attempts closed.
     """
 
     def __init__(self, cursor: Any, now: datetime) -> None:
@@ -76,6 +79,20 @@ class PostgresCopy:
         with self.cursor.copy(f"COPY {name} ({', '.join(columns)}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)
+
+    def insert_jobs(self, rows: list[tuple]) -> None:
+        """Jobs new to the table (only this stream's leader writes its jobs' keys): copied
+        straight in; a key stored after all fails the batch, which is then applied event by
+        event, each on the rows as stored."""
+        if not rows:
+            return
+        names = ["job_key", *STATE_FIELDS, *ARGS_FIELDS, "updated_at"]
+        args = names.index("args")
+        with self.cursor.copy(f"COPY {Job._meta.db_table} ({', '.join(names)}) FROM STDIN"
+                              ) as copy:
+            for row in rows:
+                copy.write_row((*row[:args], json.dumps(row[args]), *row[args + 1:],
+                                self.now))
 
     def upsert_jobs(self, rows: list[tuple]) -> None:
         if not rows:
@@ -183,7 +200,7 @@ def prepare(fold: Fold) -> Writes:
         if job.args is None:
             writes.moved.append(job_columns(job))
         else:
-            writes.fresh.append(fresh_job_columns(job))
+            (writes.fresh if job.stored else writes.new).append(fresh_job_columns(job))
     writes.new_attempts = [attempt_columns(attempt) for attempt in fold.new_attempts]
     writes.closed_attempts = [closed_attempt_columns(a) for a in fold.closed_attempts.values()]
     return writes
@@ -200,6 +217,7 @@ def write(writes: Writes, db: str) -> None:
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor, connection.wrap_database_errors:
                 copy = PostgresCopy(cursor.cursor, now)  # the driver's errors as Django's
+                copy.insert_jobs(writes.new)
                 copy.upsert_jobs(writes.fresh)
                 copy.update_jobs(writes.moved)
                 copy.insert_attempts(writes.new_attempts)
@@ -211,7 +229,8 @@ def write(writes: Writes, db: str) -> None:
 def _write_with_django(writes: Writes, db: str, now: datetime) -> None:
     """The writes through Django's bulk operations, for databases other than PostgreSQL."""
     jobs = Job.objects.using(db)
-    for rows, names in ((writes.fresh, STATE_FIELDS + ARGS_FIELDS), (writes.moved, STATE_FIELDS)):
+    for rows, names in ((writes.new + writes.fresh, STATE_FIELDS + ARGS_FIELDS),
+                        (writes.moved, STATE_FIELDS)):
         if rows:
             jobs.bulk_create([Job(**dict(zip(["job_key", *names], row, strict=True)),
                                   updated_at=now) for row in rows],
