@@ -159,7 +159,7 @@ def backlog_round(server, postgres: PostgresServer, options: argparse.Namespace
     """(jobs/s run, jobs/s recorded, recorder CPU and PostgreSQL CPU per job in µs)."""
     from bench import app
     from celery_fairqueue.contrib.django.models import Attempt, Job
-    from celery_fairqueue.store import EventReader, store_for
+    from celery_fairqueue.store import EventReader, Keys, store_for
 
     client = server.client()
     client.flushall()
@@ -170,6 +170,7 @@ def backlog_round(server, postgres: PostgresServer, options: argparse.Namespace
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
     store = store_for(app.app)
+    store.client.set(Keys(store.keys.prefix).shard_count, options.shards)  # as flushed
     reader = EventReader(store, "bench")
     reader.ensure_group()
     store.forget_recording()  # skip the 5 s "nobody records"
