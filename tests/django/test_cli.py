@@ -185,7 +185,8 @@ def subcommands_of_manage() -> set[str]:
 def test_both_commands_use_one_set_of_names():
     from celery_fairqueue.cli import fairqueue
     assert set(fairqueue.commands) <= subcommands_of_manage()
-    assert subcommands_of_manage() - set(fairqueue.commands) == {"recorded"}  # the database's
+    # those of the database's recorded jobs
+    assert subcommands_of_manage() - set(fairqueue.commands) == {"recorded", "prune"}
 
 
 def test_status_warns_when_no_worker_consumes_a_queue(rel, redis_url, celery_worker_factory):
