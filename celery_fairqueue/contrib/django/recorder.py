@@ -144,7 +144,9 @@ class Recorder:
             self._group_ready = True
         if not self._lead():
             return []
-        return self.reader.read(count=self.batch, block_ms=self.block_ms)
+        # ``batch`` events a step whatever the streams led, so a step stays well within a lease
+        per_stream = max(1, self.batch // max(1, len(self.reader.reading)))
+        return self.reader.read(count=per_stream, block_ms=self.block_ms)
 
     def _write_or_skip(self, events: list[Event], fold: Fold | None) -> None:
         """Write a folded batch (``fold`` None: it could not be folded) and ack it."""
@@ -154,9 +156,10 @@ class Recorder:
             writer.write(writer.prepare(fold), self.db)
         except TRANSIENT_DB_ERRORS:
             raise
-        except Exception:  # the batch's content, not the database's absence
-            logger.warning("fairqueue recorder: a batch of %d events failed; applying "
-                           "them one by one to skip the bad one", len(events))
+        except Exception as exc:  # the batch's content, not the database's absence
+            logger.warning("fairqueue recorder: a batch of %d events failed (%s); applying "
+                           "them one by one to skip the bad one", len(events),
+                           type(exc).__name__)
             self._apply_each(events)
         self.reader.ack(events)
 
@@ -214,7 +217,7 @@ class Recorder:
                     failures = 0
                     if not self.leading:
                         stop_event.wait(self.lock_seconds / 6)
-                    elif 0 < applied < self.batch:
+                    elif 0 < applied < self.batch // 2:
                         # group commit: a read returns as soon as one event is there, so a
                         # recorder that keeps up would spend a transaction on every few events
                         stop_event.wait(self.linger)
@@ -267,6 +270,8 @@ class Recorder:
                 return False
             if isinstance(exc, TRANSIENT_DB_ERRORS):
                 raise
+            logger.warning("fairqueue recorder: the database refused a batch (%s)",
+                           type(exc).__name__)
             self._write_or_skip(events, None)
             return False
         self.reader.ack(events)
