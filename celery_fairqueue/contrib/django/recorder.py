@@ -107,9 +107,9 @@ class Recorder:
         self.linger = linger_ms / 1000
         self.max_backoff = max_backoff
         self.db = router.db_for_write(Job)
-        # a lease a stream, for two thirds of lock_seconds, balanced every sixth: the streams
-        # of a recorder that died are taken over within lock_seconds
-        self._leases = StreamLeases(self.store, self.consumer_name, lock_seconds * 2 / 3)
+        # a lease a stream, for half of lock_seconds, balanced every sixth: the streams of a
+        # recorder that died are taken over within two thirds of lock_seconds
+        self._leases = StreamLeases(self.store, self.consumer_name, lock_seconds / 2)
         self.leading = False
         self._renewed = float("-inf")
         self._group_ready = False
