@@ -71,6 +71,10 @@ class ShardedStore(FairStore):
             self._by_tag = {shard.keys.tag: n for n, shard in enumerate(self.shards)}
             self._chooser = ShardChooser(count, self.settings.poll_interval)
 
+    def shard_at(self, n: int) -> FairStore:
+        self._grow(n + 1)
+        return self.shards[n]
+
     def shard_for(self, account: str) -> FairStore:
         shard = self.shards[account_shard(account, self._route)]
         if self.shard_move:  # moved already: forwarded by its old shard
