@@ -8,8 +8,10 @@ import pytest
 
 from celery_fairqueue.errors import AccountMovingError
 from celery_fairqueue.limits import AccountLimit
+from celery_fairqueue.reasons import reason_text
 from celery_fairqueue.settings import FairqueueSettings
-from celery_fairqueue.store import FairStore, open_store
+from celery_fairqueue.states import Reason
+from celery_fairqueue.store import ConsoleReader, FairStore, open_store
 from celery_fairqueue.store.formats.keys import encode_id
 from celery_fairqueue.store.shards.account_move import AccountMover, reshard_pause
 from celery_fairqueue.store.shards.placement import account_shard
@@ -90,3 +92,13 @@ def test_an_operators_change_of_a_moved_account_goes_to_its_new_shard(redis_serv
     assert FairStore.pauses(target) == []
     old = stale.shards[account_shard(account, 4)]
     assert old.get_limit(account) is None and FairStore.pauses(old) == []
+
+
+def test_the_console_says_moving_for_an_account_a_reshard_is_moving(frozen):
+    """Not "paused by an operator": the reshard's own pause reads as its move, with where to."""
+    [state] = ConsoleReader(frozen).account_state(ACCOUNT)
+    assert state.reason == Reason.MOVING
+    assert reason_text(state).startswith("moving to shard ")
+    assert "its jobs wait until the move ends" in reason_text(state)
+    [pause] = frozen.pauses()
+    assert (pause.moving_to, pause.by) == (1 - account_shard(ACCOUNT, 2), "fairqueue reshard")

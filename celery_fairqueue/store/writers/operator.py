@@ -39,6 +39,7 @@ class OperatorPause:
     by: str  # who paused ("" when not given)
     at: float  # Redis server time of the pause
     reason: str  # why ("" when not given)
+    moving_to: int | None = None  # the reshard's own pause: the shard the account moves to
 
     @property
     def scope(self) -> str:
@@ -80,8 +81,10 @@ def parse_pause(field: str, raw: str) -> OperatorPause:
         encoded_account, _, encoded_queue = rest.partition(":")
         account = decode_id(encoded_account)
         queue = None if encoded_queue == "*" else decode_id(encoded_queue)
+    moving_to = data.get("reshard")
     return OperatorPause(account=account, queue=queue, by=str(data.get("by") or ""),
-                         at=float(data.get("at") or 0.0), reason=str(data.get("reason") or ""))
+                         at=float(data.get("at") or 0.0), reason=str(data.get("reason") or ""),
+                         moving_to=int(moving_to) if moving_to is not None else None)
 
 
 
