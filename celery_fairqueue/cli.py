@@ -13,6 +13,7 @@ live in reports.py, shared with ``manage.py fairqueue`` and the admin.
 from __future__ import annotations
 
 import getpass
+import os
 from typing import Any
 
 import click
@@ -22,7 +23,12 @@ from celery.exceptions import CeleryCommandException
 from celery.platforms import EX_FAILURE, EX_UNAVAILABLE
 from celery.utils.text import pluralize
 
-from .errors import DeadLetterNotFound, InvalidLimitError, StoreUnavailableError
+from .errors import (
+    AccountMovingError,
+    DeadLetterNotFound,
+    InvalidLimitError,
+    StoreUnavailableError,
+)
 from .install import pause as pause_account
 from .install import resume as resume_account
 from .reports import (
@@ -54,7 +60,8 @@ from .store.shards.reshard import Resharder, ReshardError, describe
 
 
 class StoreCommand(CeleryCommand):
-    """A Celery sub-command that turns an unreachable fair store into a clear exit status."""
+    """A Celery sub-command that turns an unreachable fair store, or an account a reshard is
+    moving (try again), into a clear exit status."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -63,6 +70,8 @@ class StoreCommand(CeleryCommand):
             raise CeleryCommandException(
                 message=f"The fair store (Redis) cannot be reached: {exc}",
                 exit_code=EX_UNAVAILABLE) from exc
+        except AccountMovingError as exc:
+            raise CeleryCommandException(message=str(exc), exit_code=os.EX_TEMPFAIL) from exc
 
 
 def _app(ctx: click.Context) -> Celery:

@@ -74,6 +74,11 @@ class ShardCountError(StoreLayoutError, EnqueueError):
     a worker refuses to start, a producer to enqueue (change it with a reshard)."""
 
 
+class AccountMovingError(FairqueueError):
+    """A reshard is moving the account to another shard: a pause, resume or limit change for
+    it is refused until its move ends (a matter of seconds per chunk of accounts)."""
+
+
 class InvalidLimitError(FairqueueError, ValueError):
     """An account limit (rate, burst, concurrency, window, time zone) is malformed."""
 

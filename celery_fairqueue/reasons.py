@@ -41,6 +41,10 @@ def reason_text(state: QueueState) -> str:
     reason, now = state.reason, state.server_time
     if reason == Reason.PAUSED:
         return pause_text(state)
+    if reason == Reason.MOVING:
+        since = f" since {format_clock(state.paused_at)}" if state.paused_at else ""
+        return (f"{state.pause_reason or 'moving to another shard'} (fairqueue reshard{since}):"
+                " its jobs wait until the move ends")
     if reason == Reason.NO_READY_JOBS:
         return "no ready jobs"
     if reason == Reason.NO_WORKER:

@@ -1,6 +1,7 @@
 """The one vocabulary of account states, shared by the store's views, both CLIs, the console
 and the metrics: an account is *ready*, *deferred* by its limit (rate limited, window closed,
-at its concurrency cap; until when) or *paused* by an operator (who, when, why).
+at its concurrency cap; until when) or *paused* by an operator (who, when, why); while
+``fairqueue reshard`` moves it to another shard, it is *moving*.
 
 Imports nothing of the package, so the store (at the bottom of the import graph) and the
 reports above it read the same names and the same labels.
@@ -46,6 +47,7 @@ class Reason(StrEnum):
     WINDOW_CLOSED = DeferReason.WINDOW_CLOSED.value
     CONCURRENCY_CAP = DeferReason.CONCURRENCY_CAP.value
     PAUSED = AccountState.PAUSED.value
+    MOVING = "moving"  # frozen by `fairqueue reshard` while it moves to another shard
     NO_WORKER = "no_worker"
 
     @property
@@ -66,6 +68,7 @@ _REASON_LABELS: dict[str, str] = {
     "window_closed": "Deferred: window closed",
     "concurrency_cap": "Deferred: at its concurrency cap",
     "paused": "Paused by an operator",
+    "moving": "Moving to another shard",
     "no_worker": "No worker",
 }
 

@@ -19,6 +19,8 @@ import celery_fairqueue
 from celery_fairqueue import DeadLetters
 from celery_fairqueue.contrib.django.models import Job
 from celery_fairqueue.store import store_for
+from celery_fairqueue.store.formats.keys import encode_id
+from celery_fairqueue.store.shards.account_move import AccountMover
 from tests.harness import REDIS_URL_ENV, wait_until
 
 APP = "tests.apps.reliable"
@@ -233,6 +235,21 @@ def test_celery_pause_resume_and_account_reason(rel, redis_url):
     again = celery("resume", "--account", "acme", redis_url=redis_url)
     assert again.returncode == 1 and "was not paused" in again.stdout
     assert celery("pause", redis_url=redis_url).returncode == 2  # neither --account nor --queue
+
+
+@pytest.mark.django_db
+def test_pausing_an_account_a_reshard_is_moving_says_so_and_asks_to_try_again(rel, redis_url):
+    """Both command lines refuse with the reshard's words and a try-again status, and leave the
+    reshard's own pause in place."""
+    store = store_for(rel.app)
+    AccountMover(store.shards).freeze(0, {encode_id("acme"): 1})
+    paused = celery("pause", "--account", "acme", redis_url=redis_url)
+    assert paused.returncode == 75, paused.stderr  # EX_TEMPFAIL
+    assert "moving it to shard 1" in paused.stderr + paused.stdout
+    User.objects.create_superuser("root")
+    with pytest.raises(CommandError, match="moving it to shard 1"):
+        manage("resume", "--account", "acme", "--user", "root")
+    assert [p.by for p in store.pauses()] == ["fairqueue reshard"]
 
 
 def test_celery_jobs_cancel_and_run_now(rel, redis_url):

@@ -15,6 +15,8 @@ from celery_fairqueue import get_account_limit, pause
 from celery_fairqueue.contrib.django.admin.common import account_from_ref, account_ref, account_url
 from celery_fairqueue.contrib.django.models import Attempt, Job
 from celery_fairqueue.store import StoreInspector, store_for
+from celery_fairqueue.store.formats.keys import encode_id
+from celery_fairqueue.store.shards.account_move import AccountMover
 
 pytestmark = pytest.mark.django_db
 
@@ -121,6 +123,22 @@ def test_pause_records_who_and_why_and_the_page_says_so(rel):
     assert state.reason != "paused"
     assert [e.change_message for e in LogEntry.objects.order_by("id")] == [
         "Paused account 'acme': billing hold", "Resumed account 'acme'"]
+
+
+def test_an_account_a_reshard_is_moving_reads_moving_and_a_resume_is_refused_in_words(rel):
+    """The reshard's own pause is no operator's: the page says "Moving to another shard",
+    offers no pause or resume button for it, and a forged resume is refused with the reason."""
+    rel.send_message.delay("acme", 1)
+    store = store_for(rel.app)
+    AccountMover(store.shards).freeze(0, {encode_id("acme"): 1})
+    client = logged_in(staff(*VIEWER, "pause_account", "resume_account"))
+    page = client.get(account_url("acme")).content.decode()
+    assert "Moving to another shard" in page and "moving to shard 1 (fairqueue reshard" in page
+    assert 'class="fq-resume"' not in page and 'class="fq-pause"' not in page
+    response = client.post(action_url(), {"action": "resume", "account": "acme",
+                                           "next": account_url("acme")}, follow=True)
+    assert "moving it to shard 1" in response.content.decode()
+    assert [p.by for p in store.pauses()] == ["fairqueue reshard"]
 
 
 def test_open_redirects_are_refused(rel):

@@ -119,7 +119,7 @@ def explain(*, now: float, waiting: int, state: str | None, limit_wake: float | 
     claim recorded where it decided it (claim.lua); the limit rules are not repeated here.
     Facts only: celery_fairqueue.reasons puts them in words."""
     if pause is not None:
-        return Reason.PAUSED, None
+        return (Reason.PAUSED if pause.moving_to is None else Reason.MOVING), None
     if waiting <= 0:
         return Reason.NO_READY_JOBS, None
     if not consumed:

@@ -4,9 +4,14 @@
 -- KEYS: global keys, then the keys of every known fair queue.
 -- ARGV: [1] account (encoded), [2] its limit packed (limits.AccountLimit.pack) or "" to drop its
 --       own limit, [3] the limit as configured (JSON).
--- Returns the number of queues where the account was deferred.
--- include: keys rotation leases
+-- Returns the number of queues where the account was deferred; for an account a reshard is
+-- moving, {'f' or 'm', the shard it moves to}, and nothing changed (account_in_move).
+-- include: keys rotation leases shards
 local account = ARGV[1]
+local moving, to = account_in_move(account)
+if moving then
+  return {moving, to}
+end
 local woken = 0
 if ARGV[2] == '' then
   redis.call('HDEL', K_LIMITS, account)

@@ -202,7 +202,7 @@ class AccountMover:
         if isinstance(saved, str):  # the operator's own pause of the account, kept
             self.client.hset(shard.keys.pauses, field, saved)
         else:
-            FairStore.resume(shard, decode_id(account))
+            FairStore.resume(shard, decode_id(account), thaw=True)
 
     def _maybe_die(self, step: str) -> None:
         """The crash-safety tests' kill point (KILL_ENV)."""

@@ -8,13 +8,15 @@ from functools import cached_property
 from typing import Any
 
 from ...errors import ShardCountError
+from ...protocol import NO_JOB_KEY
 from ...settings import FairqueueSettings
 from ..connection.connect import AnyClient
 from ..connection.translate import operation
-from ..formats.keys import Keys
+from ..formats.keys import Keys, encode_id
 from ..formats.records import JobRecord
 from ..writers.fleet import Fleet
-from ..writers.jobs import EnqueueResult, Jobs
+from ..writers.jobs import Claim, EnqueueResult, Jobs
+from ..writers.leases import Lease
 from ..writers.operator import Operator, paused_accounts
 
 #: Records read a round trip when counting the leased jobs.
@@ -47,6 +49,40 @@ class FairStore(Jobs, Fleet, Operator):
         with operation("enqueue"):  # a failure to read the store's shards is the enqueue's
             self.check_shards()
         return super().enqueue(account=account, **job)
+
+    def shard_at(self, n: int) -> FairStore:
+        """Shard ``n`` of the store, even one that a reshard made after this process counted
+        its shards (sharded.py grows its list)."""
+        return self if n == 0 else FairStore(self.client, Keys(self.keys.prefix, n),
+                                             self.settings, home=self)
+
+    def ack(self, lease: Lease) -> bool:
+        owned = super().ack(lease)
+        if not owned:
+            self._forward_done([lease])
+        return owned
+
+    def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
+              first: int = 0, acks: Sequence[Lease] = ()) -> Claim:
+        claim = super().claim(queues, want, token, default_limit, first, acks)
+        if claim.lost and acks:
+            lost = set(claim.lost)
+            self._forward_done([lease for lease in acks if lease.job_id in lost])
+        return claim
+
+    def _forward_done(self, leases: Sequence[Lease]) -> None:
+        """Successes acked here after their lease was lost, of accounts a reshard moved away
+        since: their business keys dedupe on the account's new shard now, where another run
+        of the job may wait with the key only started, so the done marker goes there too (a
+        done marker there is kept as it is). Nothing is asked while no such success comes."""
+        done = [lease for lease in leases if lease.success and lease.stored_key != NO_JOB_KEY]
+        if not done:
+            return
+        moved = self.client.hmget(self.keys.moved, [encode_id(lease.account) for lease in done])
+        for lease, where in zip(done, moved, strict=True):
+            if where and str(where).startswith("m "):
+                self.home.shard_at(int(str(where)[2:])).mark_done_unless_done(
+                    lease.stored_key, lease.job_id)
 
     def woken(self, channel: str) -> None:
         """A queue's wake channel signalled work (wakeups.py); a sharded store notes which

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from ...errors import FairqueueError, ShardCountError
 from ...limits import AccountLimit
@@ -37,6 +37,8 @@ from .chooser import ShardChooser
 from .merged import summed
 from .placement import account_shard
 from .shard import FairStore
+
+T = TypeVar("T")
 
 
 class ShardedStore(FairStore):
@@ -68,6 +70,10 @@ class ShardedStore(FairStore):
                                       home=self) for n in range(len(self.shards), count)]
             self._by_tag = {shard.keys.tag: n for n, shard in enumerate(self.shards)}
             self._chooser = ShardChooser(count, self.settings.poll_interval)
+
+    def shard_at(self, n: int) -> FairStore:
+        self._grow(n + 1)
+        return self.shards[n]
 
     def shard_for(self, account: str) -> FairStore:
         shard = self.shards[account_shard(account, self._route)]
@@ -220,13 +226,23 @@ class ShardedStore(FairStore):
             shard.set_default_limit(held)
         return held
 
+    def _on_account_shard(self, account: str, call: Callable[[FairStore], T]) -> T:
+        """``call`` on the shard of ``account``; on the shard it moved to when the one this
+        process found says a reshard moved it there (it has not re-read the store's shards
+        yet). While the account moves, its shard refuses (AccountMovingError)."""
+        try:
+            return call(self.shard_for(account))
+        except AccountMoved as moved:
+            self._grow(moved.shard + 1)
+            return call(self.shards[moved.shard])
+
     def set_limit(self, account: str, limit: AccountLimit) -> None:
         self._chooser.forget()
-        self.shard_for(account).set_limit(account, limit)
+        self._on_account_shard(account, lambda shard: shard.set_limit(account, limit))
 
     def clear_limit(self, account: str) -> None:
         self._chooser.forget()
-        self.shard_for(account).clear_limit(account)
+        self._on_account_shard(account, lambda shard: shard.clear_limit(account))
 
     def get_limit(self, account: str) -> AccountLimit | None:
         return self.shard_for(account).get_limit(account)
@@ -275,16 +291,19 @@ class ShardedStore(FairStore):
         """An account's pause on its shard; a queue's at the home shard, then copied to the
         other shards (each claim reads its own shard's)."""
         if account is not None:
-            return self.shard_for(account).pause(account, queue, by=by, reason=reason)
+            return self._on_account_shard(account, lambda shard: shard.pause(
+                account, queue, by=by, reason=reason))
         held = FairStore.pause(self, None, queue, by=by, reason=reason)
         for shard in self.shards[1:]:
             shard.pause(None, queue, by=held.by, reason=held.reason)
         return held
 
-    def resume(self, account: str | None = None, queue: str | None = None) -> bool:
+    def resume(self, account: str | None = None, queue: str | None = None, *,
+               thaw: bool = False) -> bool:
         self._chooser.forget()
         if account is not None:
-            return self.shard_for(account).resume(account, queue)
+            return self._on_account_shard(account, lambda shard: shard.resume(
+                account, queue, thaw=thaw))
         existed = FairStore.resume(self, None, queue)
         for shard in self.shards[1:]:
             shard.resume(None, queue)

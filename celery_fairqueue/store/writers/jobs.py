@@ -220,6 +220,12 @@ class Jobs(StoreDoor):
         self._run("mark", [], [encode_id(job_key), job_id, "done",
                                marker_external_id(external_id), self.settings.job_retention])
 
+    def mark_done_unless_done(self, stored_key: str, job_id: str) -> bool:
+        """Mark the business key ``stored_key`` (encoded) done, unless it is done already
+        (keeping that marker and its external id); False when it was."""
+        return bool(self._run("mark", [], [stored_key, job_id, "done", "",
+                                           self.settings.job_retention, "1"]))
+
     def reap(self, batch: int = 500) -> int:
         """Return jobs with expired leases (crashed or hung workers) to ready."""
         queues = self.known_queues()

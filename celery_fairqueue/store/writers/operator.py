@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from ...errors import AccountMovingError
 from ...limits import AccountLimit
 from ...protocol import delivery_id
 from ..connection.door import StoreDoor
 from ..formats.keys import DEFAULT_LIMIT_FIELD, decode_id, encode_id
 from ..formats.records import JobRecord, member_job_id
+from .jobs import AccountMoved
 
 #: Retries of one task whose deliveries cancel and run_now look through.
 MAX_DELIVERY_LOOKUP = 4096
@@ -36,6 +39,7 @@ class OperatorPause:
     by: str  # who paused ("" when not given)
     at: float  # Redis server time of the pause
     reason: str  # why ("" when not given)
+    moving_to: int | None = None  # the reshard's own pause: the shard the account moves to
 
     @property
     def scope(self) -> str:
@@ -77,9 +81,25 @@ def parse_pause(field: str, raw: str) -> OperatorPause:
         encoded_account, _, encoded_queue = rest.partition(":")
         account = decode_id(encoded_account)
         queue = None if encoded_queue == "*" else decode_id(encoded_queue)
+    moving_to = data.get("reshard")
     return OperatorPause(account=account, queue=queue, by=str(data.get("by") or ""),
-                         at=float(data.get("at") or 0.0), reason=str(data.get("reason") or ""))
+                         at=float(data.get("at") or 0.0), reason=str(data.get("reason") or ""),
+                         moving_to=int(moving_to) if moving_to is not None else None)
 
+
+
+def unless_moving(reply: Any, account: str | None, doing: str) -> Any:
+    """A script's reply, unless it says a reshard is moving the account (pause.lua,
+    resume.lua, apply_limit.lua: ``[state, shard]``): while it moves, AccountMovingError; once
+    it moved away from this shard, AccountMoved (the sharded store asks its new shard)."""
+    if not isinstance(reply, list):
+        return reply
+    state, shard = str(reply[0]), int(reply[1])
+    if state == "m":
+        raise AccountMoved(shard)
+    raise AccountMovingError(
+        f"cannot {doing} account {account!r} now: `fairqueue reshard` is moving it to shard "
+        f"{shard}; try again once its move ends (seconds for a chunk of accounts)")
 
 
 def _text(value: str | bytes) -> str:
@@ -118,8 +138,9 @@ class Operator(StoreDoor):
         """Store (``packed`` "": drop) an account's own limit and apply it now
         (apply_limit.lua)."""
         queues = self.known_queues()
-        self._run("apply_limit", [self.keys.queue(q) for q in queues],
-                  [encoded_account, packed, config])
+        unless_moving(self._run("apply_limit", [self.keys.queue(q) for q in queues],
+                                [encoded_account, packed, config]),
+                      decode_id(encoded_account), "change the limit of")
 
     def limits(self) -> Iterator[tuple[str, AccountLimit]]:
         """Every account's own limit, as set (``set_account_limit`` or the admin)."""
@@ -219,17 +240,22 @@ class Operator(StoreDoor):
         """Pause ``account`` (in ``queue``, or in every queue) or the whole ``queue``; the
         claim skips it from its next call. Pausing what is paused keeps the first pause."""
         field = pause_field(account, queue)
+        encoded = encode_id(str(account)) if account is not None else ""
         raw = self._run("pause", [], [field, str(by)[:MAX_PAUSE_TEXT],
-                                      str(reason)[:MAX_PAUSE_TEXT]])
-        return parse_pause(field, raw)
+                                      str(reason)[:MAX_PAUSE_TEXT], encoded])
+        return parse_pause(field, unless_moving(raw, account, "pause"))
 
-    def resume(self, account: str | None = None, queue: str | None = None) -> bool:
+    def resume(self, account: str | None = None, queue: str | None = None, *,
+               thaw: bool = False) -> bool:
         """End the pause of exactly this scope; False when there was none. The account rejoins
-        the rotation wherever no other pause (of it everywhere, or in that queue) holds it."""
+        the rotation wherever no other pause (of it everywhere, or in that queue) holds it.
+        ``thaw``: the reshard ends its own pause of an account on its new shard."""
         field = pause_field(account, queue)
         encoded = encode_id(str(account)) if account is not None else ""
         queues = self.known_queues()
-        return bool(self._run("resume", [self.keys.queue(q) for q in queues], [field, encoded]))
+        raw = self._run("resume", [self.keys.queue(q) for q in queues],
+                        [field, encoded, "1" if thaw else "0"])
+        return bool(unless_moving(raw, account, "resume"))
 
     def pauses(self, limit: int = 10_000) -> list[OperatorPause]:
         """Every operator pause (up to ``limit``), oldest first."""

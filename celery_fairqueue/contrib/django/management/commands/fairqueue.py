@@ -25,6 +25,7 @@ from celery_fairqueue.contrib.django.overview import account_overview
 from celery_fairqueue.contrib.django.pruner import Pruner
 from celery_fairqueue.contrib.django.views import purge_dead_letters, replay_dead_letters, require
 from celery_fairqueue.errors import (
+    AccountMovingError,
     ConfigurationError,
     DeadLetterNotFound,
     InvalidLimitError,
@@ -188,6 +189,8 @@ class Command(BaseCommand):
                 getattr(self, options["command"].replace("-", "_"))(options)
         except StoreUnavailableError as exc:
             raise CommandError(f"The fair store (Redis) cannot be reached: {exc}") from exc
+        except AccountMovingError as exc:
+            raise CommandError(str(exc)) from exc
         except PermissionDenied as exc:
             raise CommandError(f"Refused: {exc}. Changes act for a Django user who holds the "
                                "permission, as in the admin.") from exc
