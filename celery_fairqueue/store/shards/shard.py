@@ -14,7 +14,7 @@ from ..connection.translate import operation
 from ..formats.keys import Keys
 from ..formats.records import JobRecord
 from ..writers.fleet import Fleet
-from ..writers.jobs import EnqueueResult, Jobs
+from ..writers.jobs import EnqueueOutcomeOrError, EnqueueResult, Jobs
 from ..writers.operator import Operator, paused_accounts
 
 #: Records read a round trip when counting the leased jobs.
@@ -47,6 +47,13 @@ class FairStore(Jobs, Fleet, Operator):
         with operation("enqueue"):  # a failure to read the store's shards is the enqueue's
             self.check_shards()
         return super().enqueue(account=account, **job)
+
+    def enqueue_many(self, jobs: Sequence[dict[str, Any]]) -> list[EnqueueOutcomeOrError]:
+        """Store jobs in pipelined batches (Jobs.enqueue_many), once the store's shards are as
+        this process expects."""
+        with operation("enqueue"):
+            self.check_shards()
+        return super().enqueue_many(jobs)
 
     def woken(self, channel: str) -> None:
         """A queue's wake channel signalled work (wakeups.py); a sharded store notes which

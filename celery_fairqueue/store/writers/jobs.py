@@ -63,6 +63,21 @@ class EnqueueResult:
 
 
 
+#: One job's answer in a bulk enqueue: stored (or a duplicate), or why it is not.
+EnqueueOutcomeOrError = EnqueueResult | FairqueueError | AccountMoved
+
+
+def _outcome(reply: Any) -> EnqueueOutcomeOrError:
+    """One enqueue call's reply in a batch, or the error it says (its own error reply too)."""
+    if isinstance(reply, Exception):
+        return reply if isinstance(reply, FairqueueError) else StoreUnavailableError(str(reply))
+    try:
+        return EnqueueResult.from_reply(reply)
+    except (FairqueueError, AccountMoved) as exc:
+        return exc
+
+
+
 @dataclass(frozen=True)
 class Claim:
     leases: list[Lease]
@@ -125,6 +140,58 @@ class Jobs(StoreDoor):
                 return self._store(queue, args)
         self.redis_clock.forget()
         raise failure
+
+    def enqueue_many(self, jobs: Sequence[dict[str, Any]]) -> list[EnqueueOutcomeOrError]:
+        """Store ``jobs`` (each :meth:`enqueue`'s keywords, ``moving_to`` too), in order,
+        ``fairqueue_enqueue_batch`` a round trip, each job its own script call: per job its
+        result, or the error that one :meth:`enqueue` of it would raise (it is not stored;
+        AccountMoved: a reshard moved its account, the sharded store sends it on). A batch
+        that fails leaves it and the jobs after it not stored, each with that error."""
+        outcomes: list[EnqueueOutcomeOrError] = []
+        size = self.settings.enqueue_batch
+        for start in range(0, len(jobs), size):
+            try:
+                outcomes += self._store_batch(jobs[start:start + size])
+            except StoreUnavailableError as exc:  # not stored, nor are those not sent
+                outcomes += [exc] * (len(jobs) - start)
+                break
+        return outcomes
+
+    def _store_batch(self, jobs: Sequence[dict[str, Any]]) -> list[EnqueueOutcomeOrError]:
+        """One round trip of :meth:`enqueue_many`, with :meth:`enqueue`'s deadline: a batch
+        with no reply is asked again once no call of it can store any more; raises when
+        that fails too (none of its jobs is stored)."""
+        with operation("enqueue"):
+            deadline = f"{self.redis_clock.deadline(self.settings.enqueue_timeout / 2):.6f}"
+        calls = []
+        for job in jobs:
+            fields = dict(job)
+            moving_to = fields.pop("moving_to", None)
+            args = [*self._enqueue_args(**fields), deadline]
+            if moving_to is not None:  # reshard
+                args.append(moving_to)
+            calls.append(([self.keys.queue(job["queue"])], args))
+        wanted = self.settings.wait_replicas
+        failure: StoreUnavailableError | None = None
+        try:
+            replies, acked = self._run_batch("enqueue", calls, wanted)
+        except StoreUnavailableError as exc:
+            failure = exc
+        if failure is not None and may_run_later(failure):
+            self.redis_clock.wait_past(float(deadline))
+            with contextlib.suppress(StoreUnavailableError):
+                replies, acked = self._run_batch("enqueue", calls, wanted)
+                failure = None
+        if failure is not None:
+            self.redis_clock.forget()
+            raise failure
+        outcomes = [_outcome(reply) for reply in replies]
+        if wanted:
+            try:
+                self.client.check_replicated(acked, wanted)
+            except StoreUnavailableError as exc:  # stored, but maybe not after a failover
+                outcomes = [exc if isinstance(o, EnqueueResult) else o for o in outcomes]
+        return outcomes
 
     def _store(self, queue: str, args: list[Any]) -> EnqueueResult:
         wanted = self.settings.wait_replicas
