@@ -24,7 +24,7 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any
 
-from celery import Celery
+from celery import Celery, Signature
 
 from .errors import DeadLetterNotFound, FairqueueError, ReplayLostError, StoreUnavailableError
 from .protocol import task_id_of
@@ -146,6 +146,21 @@ class _Block:
                     self.batch.store()
         finally:
             self.inner.__exit__(kind, value, traceback)
+
+
+def signature_of(task: Any, call: Any) -> Signature:
+    """A call of ``FairTask.apply_many`` (an args tuple or list, a kwargs dict, or a
+    signature of ``task``) as a signature of ``task``."""
+    if isinstance(call, Signature):
+        if call.task != task.name:
+            raise TypeError(f"task {task.name}: apply_many got a signature of {call.task}")
+        return call
+    if isinstance(call, dict):
+        return task.signature((), call)
+    if isinstance(call, (tuple, list)):
+        return task.signature(tuple(call))
+    raise TypeError(f"task {task.name}: apply_many takes args tuples, kwargs dicts or "
+                    f"signatures, not {type(call).__name__}")
 
 
 def install_bulk(app: Celery) -> None:

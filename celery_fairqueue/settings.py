@@ -88,7 +88,8 @@ class FairqueueSettings:
     job_retention: float = _setting(
         86400.0, "Seconds a finished job's business key still dedupes new enqueues.")
     max_payload_bytes: int = _setting(
-        256 * 1024, "Largest serialized message a fair job may have.")
+        4 * 1024 * 1024, "Largest serialized message a fair job may have: room for a chain to "
+        "a chord of some 15,000 tasks (docs/guide.md, \"How large a message may be\").")
     enqueue_timeout: float = _setting(
         5.0, "Most seconds a producer's call to the store takes, retries included, before it "
         "raises StoreUnavailableError (the job may then have been stored: see the guide).")

@@ -12,11 +12,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from celery import Signature, Task
+from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 from celery.result import AsyncResult
 
-from .bulk import EnqueueOutcome, batch_of, follow
+from .bulk import EnqueueOutcome, batch_of, follow, signature_of
 from .errors import (
     ConfigurationError,
     InvalidAccountError,
@@ -399,7 +399,7 @@ class FairTask(ReliableTask):
         task (``task.s(...).set(account=...)``), each given ``options``. Returns each job's
         outcome, in order; when any job was not stored, raises the error one ``.delay()`` of
         it would, its ``outcomes`` saying which jobs were."""
-        signatures = [self._signature_of(call) for call in calls]
+        signatures = [signature_of(self, call) for call in calls]
         if self.app.conf.task_always_eager:  # eager: runs each at once, touching no store
             return [EnqueueOutcome(sig.apply_async(**options).id, stored=True)
                     for sig in signatures]
@@ -407,19 +407,6 @@ class FairTask(ReliableTask):
             for sig in signatures:
                 sig.apply_async(producer=producer, **options)
         return batch.store()
-
-    def _signature_of(self, call: Any) -> Signature:
-        """A call of :meth:`apply_many` as a signature of this task."""
-        if isinstance(call, Signature):
-            if call.task != self.name:
-                raise TypeError(f"task {self.name}: apply_many got a signature of {call.task}")
-            return call
-        if isinstance(call, dict):
-            return self.signature((), call)
-        if isinstance(call, (tuple, list)):
-            return self.signature(tuple(call))
-        raise TypeError(f"task {self.name}: apply_many takes args tuples, kwargs dicts or "
-                        f"signatures, not {type(call).__name__}")
 
     def retry(self, args: Any = None, kwargs: Any = None, exc: Any = None, throw: bool = True,
               eta: Any = None, countdown: Any = None, max_retries: Any = None,

@@ -109,7 +109,7 @@ def test_a_bulk_enqueue_that_fails_midway_says_which_jobs_were_stored(redis_url,
 
 
 def test_a_group_refused_by_a_bound_raises_the_error_of_one_delay(redis_url, redis_client):
-    app, t = bounded_app(redis_url, "bulkgroup", fairqueue_max_pending_per_account=2)
+    _app, t = bounded_app(redis_url, "bulkgroup", fairqueue_max_pending_per_account=2)
     with pytest.raises(BacklogFullError, match="max_pending_per_account") as raised:
         group(t.s("acme", n) for n in range(4)).apply_async()
     assert [o.state for o in raised.value.outcomes] == ["stored"] * 2 + ["not stored"] * 2
