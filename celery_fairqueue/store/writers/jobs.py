@@ -18,7 +18,7 @@ from ...protocol import event_fields, task_id_of
 from ..connection.door import StoreDoor
 from ..connection.translate import may_run_later, operation
 from ..formats.keys import decode_id, encode_id, encode_job_key
-from ..formats.records import Marker, build_dead_record, marker_external_id
+from ..formats.records import Marker, build_dead_record, marker_external_id, new_record_parts
 from .leases import Lease
 
 
@@ -100,11 +100,14 @@ class Jobs(StoreDoor):
                       dedupe: bool = True, task: str = "", shown_args: str = "",
                       replays: str = "", priority: int | None = None,
                       expires: float | None = None) -> list[Any]:
-        return [job_id, encode_id(account), encode_id(queue), envelope, due or 0,
-                encode_job_key(job_key), "1" if dedupe else "0", task, shown_args, replays,
+        encoded_account, encoded_queue = encode_id(account), encode_id(queue)
+        stored_key = encode_job_key(job_key)
+        head, tail = new_record_parts(encoded_queue, encoded_account, stored_key, expires,
+                                      envelope)
+        return [job_id, encoded_account, encoded_queue, head, due or 0, stored_key,
+                "1" if dedupe else "0", task, shown_args, replays,
                 self.settings.max_pending_per_account, self.settings.max_pending,
-                min(max(int(priority or 0), 0), 9),
-                "" if expires is None else f"{expires:.6f}"]
+                min(max(int(priority or 0), 0), 9), tail]
 
     def enqueue(self, *, queue: str, account: str, job_id: str, envelope: str,
                 due: float | None = None, job_key: str | None = None,
