@@ -21,6 +21,9 @@ from ..formats.keys import decode_id, encode_id, encode_job_key
 from ..formats.records import Marker, build_dead_record, marker_external_id, new_record_parts
 from .leases import Lease
 
+#: Most message bytes (about) one round trip of a bulk enqueue sends.
+BATCH_BYTES = 4 * 1024 * 1024
+
 
 class AccountMoved(Exception):
     """The enqueue's shard says a reshard moved the account to shard ``shard``: the sharded
@@ -151,13 +154,20 @@ class Jobs(StoreDoor):
         AccountMoved: a reshard moved its account, the sharded store sends it on). A batch
         that fails leaves it and the jobs after it not stored, each with that error."""
         outcomes: list[EnqueueOutcomeOrError] = []
-        size = self.settings.enqueue_batch
-        for start in range(0, len(jobs), size):
+        start = 0
+        while start < len(jobs):
+            end, size = start, 0
+            # a batch is a round trip within one try's socket timeout: bounded in bytes too
+            while end < len(jobs) and end - start < self.settings.enqueue_batch and \
+                    (size < BATCH_BYTES or end == start):
+                size += len(jobs[end]["envelope"])
+                end += 1
             try:
-                outcomes += self._store_batch(jobs[start:start + size])
+                outcomes += self._store_batch(jobs[start:end])
             except StoreUnavailableError as exc:  # not stored, nor are those not sent
                 outcomes += [exc] * (len(jobs) - start)
                 break
+            start = end
         return outcomes
 
     def _store_batch(self, jobs: Sequence[dict[str, Any]]) -> list[EnqueueOutcomeOrError]:
