@@ -181,3 +181,12 @@ def test_a_sharded_group_makes_one_round_trip_per_shard(redis_client):
         shard = store.shard_for(account)
         low, high = f"[{encode_id(account)}|", f"({encode_id(account)}}}"
         assert shard.client.zrangebylex(shard.keys.queue("celery").ready, low, high)
+
+
+def test_a_bulk_enqueue_of_large_messages_sends_a_few_megabytes_a_round_trip(fair, fair_store):
+    fair.job.delay("warm", 0)
+    big = "x" * 1_500_000
+    with round_trips() as sent:
+        outcomes = fair.job.apply_many([("acme", n, big) for n in range(6)])
+    assert [o.state for o in outcomes] == ["stored"] * 6
+    assert sent.count("EVALSHA") == 2, sent  # 3 messages of 1.5 MB make a 4 MiB round trip
