@@ -4,12 +4,13 @@ each job still its own atomic script call.
 
 Celery sends every task of a group through ``app.amqp.send_task_message`` inside one
 ``app.producer_or_acquire()`` block, each task's own ``send_task`` opening a block within it
-with the group's producer (canvas.py ``group._apply_tasks``; the ``celery.group`` task and a
+given the group's producer (canvas.py ``group._apply_tasks``; the ``celery.group`` task and a
 user's ``with app.producer_or_acquire() as p:`` loop alike). ``install`` wraps
-``producer_or_acquire``: the outermost block opens a :class:`Batch`; a fair message sent from a
-block inside it joins the batch, and the batch is stored as the outermost block ends, or
-dropped, nothing stored, when it ends by an exception. A lone ``.delay()`` has one block, its
-own: its job is stored at once, as it always was.
+``producer_or_acquire``: a block that acquires a producer opens a :class:`Batch`; a fair
+message sent from a block given that producer joins the batch, which is stored as the block
+that opened it ends, or dropped, nothing stored, when it ends by an exception. A lone
+``.delay()`` acquires its own producer (so does one sent from a signal handler during
+another's publish): its job is stored at once, as it always was.
 
 Each job's outcome is reported on its own (:class:`EnqueueOutcome`); when any job was not
 stored the block raises the error one ``.delay()`` of that job would have raised, whose
@@ -18,8 +19,7 @@ stored the block raises the error one ``.delay()`` of that job would have raised
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +68,7 @@ class Batch:
     app: Celery
     depth: int = 1  # the blocks open: a send from a block inside the first joins the batch
     jobs: list[PendingJob] = field(default_factory=list)
+    outcomes: list[EnqueueOutcome] = field(default_factory=list)  # once stored
 
     def store(self) -> list[EnqueueOutcome]:
         """Store the jobs (the store's enqueue_many), each announced as stored; raise the
@@ -78,6 +79,7 @@ class Batch:
         replies = store_for(self.app).enqueue_many([pending.job for pending in jobs])
         outcomes = [_announced(pending, reply) for pending, reply in zip(jobs, replies,
                                                                          strict=True)]
+        self.outcomes = outcomes
         failed = [outcome for outcome in outcomes if outcome.error is not None]
         if failed:
             raise _bulk_error(outcomes, failed)
@@ -102,33 +104,29 @@ def follow(result: Any) -> None:
         batch.jobs[-1].result = result
 
 
-@contextmanager
-def batch_of(app: Celery) -> Iterator[Batch]:
-    """A batch of its own, open while the block runs, for ``FairTask.apply_many`` to fill
-    and store (:meth:`Batch.store`)."""
-    batch = Batch(app)
-    token = _batch.set(batch)
-    try:
-        yield batch
-    finally:
-        _batch.reset(token)
+def current() -> Batch | None:
+    """The batch of the innermost open block (``FairTask.apply_many`` reads its outcomes)."""
+    return _batch.get()
 
 
 class _Block:
-    """``app.producer_or_acquire``'s block, opening a batch or entering the one open."""
+    """``app.producer_or_acquire``'s block: one that acquires a producer opens a batch of its
+    own (a ``send_task`` of its own, even one sent from a signal handler inside another's);
+    one given the producer of an open block enters that block's batch."""
 
-    __slots__ = ("app", "batch", "inner", "token")
+    __slots__ = ("app", "batch", "given", "inner", "token")
 
-    def __init__(self, app: Celery, inner: Any) -> None:
+    def __init__(self, app: Celery, inner: Any, given: bool) -> None:
         self.app = app
         self.inner = inner
+        self.given = given
         self.batch: Batch | None = None
         self.token: Token[Batch | None] | None = None
 
     def __enter__(self) -> Any:
         producer = self.inner.__enter__()
         self.batch = _batch.get()
-        if self.batch is None:
+        if self.batch is None or not self.given:
             self.batch = Batch(self.app)
             self.token = _batch.set(self.batch)
         else:
@@ -171,7 +169,7 @@ def install_bulk(app: Celery) -> None:
     acquire = app.producer_or_acquire
 
     def producer_or_acquire(producer: Any = None) -> _Block:
-        return _Block(app, acquire(producer))
+        return _Block(app, acquire(producer), producer is not None)
 
     producer_or_acquire.fairqueue = True  # type: ignore[attr-defined]
     app.producer_or_acquire = producer_or_acquire

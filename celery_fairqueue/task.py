@@ -16,7 +16,7 @@ from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 from celery.result import AsyncResult
 
-from .bulk import EnqueueOutcome, batch_of, follow, signature_of
+from .bulk import EnqueueOutcome, current, follow, signature_of
 from .errors import (
     ConfigurationError,
     InvalidAccountError,
@@ -403,10 +403,11 @@ class FairTask(ReliableTask):
         if self.app.conf.task_always_eager:  # eager: runs each at once, touching no store
             return [EnqueueOutcome(sig.apply_async(**options).id, stored=True)
                     for sig in signatures]
-        with batch_of(self.app) as batch, self.app.producer_or_acquire() as producer:
+        with self.app.producer_or_acquire() as producer:  # stored as the block ends
+            batch = current()
             for sig in signatures:
                 sig.apply_async(producer=producer, **options)
-        return batch.store()
+        return batch.outcomes if batch is not None else []
 
     def retry(self, args: Any = None, kwargs: Any = None, exc: Any = None, throw: bool = True,
               eta: Any = None, countdown: Any = None, max_retries: Any = None,
