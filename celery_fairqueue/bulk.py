@@ -8,7 +8,8 @@ given the group's producer (canvas.py ``group._apply_tasks``; the ``celery.group
 user's ``with app.producer_or_acquire() as p:`` loop alike). ``install`` wraps
 ``producer_or_acquire``: a block that acquires a producer opens a :class:`Batch`; a fair
 message sent from a block given that producer joins the batch, which is stored as the block
-that opened it ends, or dropped, nothing stored, when it ends by an exception. A lone
+that opened it ends (even by an exception, as plain Celery's group has sent the tasks
+before it), or earlier when full or slow to fill (``FLUSH_SECONDS``). A lone
 ``.delay()`` acquires its own producer (so does one sent from a signal handler during
 another's publish): its job is stored at once, as it always was.
 
@@ -19,6 +20,8 @@ stored the block raises the error one ``.delay()`` of that job would have raised
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ from celery import Celery, Signature
 
 from .errors import DeadLetterNotFound, FairqueueError, ReplayLostError, StoreUnavailableError
 from .protocol import task_id_of
+from .settings import settings_for
 from .store import EnqueueResult, store_for
 
 
@@ -59,32 +63,63 @@ class PendingJob:
     job: dict[str, Any]
     announce: Callable[[EnqueueResult], None]
     result: Any = None  # the AsyncResult its apply_async returned (see follow)
+    outcome: EnqueueOutcome | None = None  # once stored
+
+
+#: A batch is stored once it holds ``fairqueue_enqueue_batch`` jobs, or its first job has
+#: waited this long, or a job comes this long after the one before it; and a group's first
+#: job is stored alone, at once. So a group fed by a slow generator (a chord header, Celery's
+#: #3021, whose group reads two tasks ahead) runs its first jobs while the generator still
+#: makes the others, as plain Celery's does.
+FLUSH_SECONDS = 0.1
 
 
 @dataclass
 class Batch:
-    """The fair jobs sent inside one outermost ``producer_or_acquire`` block."""
+    """The fair jobs sent inside one ``producer_or_acquire`` block, stored in batches."""
 
     app: Celery
     depth: int = 1  # the blocks open: a send from a block inside the first joins the batch
     jobs: list[PendingJob] = field(default_factory=list)
-    outcomes: list[EnqueueOutcome] = field(default_factory=list)  # once stored
+    outcomes: list[EnqueueOutcome] = field(default_factory=list)  # of the jobs stored so far
+    last: PendingJob | None = None  # the job added last (see follow)
+    since: float = 0.0  # when the first job waiting was added (monotonic)
+    last_at: float = field(default_factory=time.monotonic)  # the last job's, or the start
+    first_at_once: bool = True  # a group's first job is stored alone (not apply_many's)
+
+    def add(self, pending: PendingJob) -> None:
+        """Add a job; store the batch when it is full, or slow to fill (``FLUSH_SECONDS``),
+        raising as :meth:`store` does."""
+        now = time.monotonic()
+        slow, self.last_at = now - self.last_at >= FLUSH_SECONDS, now
+        self.jobs.append(pending)
+        self.last = pending
+        if len(self.jobs) == 1:
+            self.since = now
+        first = self.first_at_once and not self.outcomes and len(self.jobs) == 1
+        if first or slow or now - self.since >= FLUSH_SECONDS or \
+                len(self.jobs) >= settings_for(self.app).enqueue_batch:
+            self.store()
 
     def store(self) -> list[EnqueueOutcome]:
-        """Store the jobs (the store's enqueue_many), each announced as stored; raise the
-        first failure's error, carrying every job's outcome, when any job was not stored."""
+        """Store the jobs waiting (the store's enqueue_many), each announced as stored;
+        raise the first failure's error, carrying the outcome of every job stored or tried so
+        far (those not tried are not stored), when any job was not stored. Returns every
+        job's outcome so far."""
         jobs, self.jobs = self.jobs, []
         if not jobs:
-            return []
+            return self.outcomes
         replies = store_for(self.app).enqueue_many([pending.job for pending in jobs])
         outcomes = [_announced(pending, reply) for pending, reply in zip(jobs, replies,
                                                                          strict=True)]
-        self.outcomes = outcomes
+        self.outcomes += outcomes
         failed = [outcome for outcome in outcomes if outcome.error is not None]
         if failed:
-            raise _bulk_error(outcomes, failed)
-        return outcomes
+            raise _bulk_error(self.outcomes, failed)
+        return self.outcomes
 
+
+logger = logging.getLogger(__name__)
 
 _batch: ContextVar[Batch | None] = ContextVar("fairqueue_batch", default=None)
 
@@ -97,11 +132,15 @@ def joining() -> Batch | None:
 
 def follow(result: Any) -> None:
     """``apply_async`` returned ``result`` for the job just batched: a duplicate's result is
-    pointed at the job holding its key once the batch is stored, as one ``.delay()``'s is."""
+    pointed at the job holding its key once it is stored, as one ``.delay()``'s is."""
     batch = _batch.get()
-    if batch is not None and batch.jobs and \
-            task_id_of(batch.jobs[-1].job["job_id"]) == getattr(result, "id", None):
-        batch.jobs[-1].result = result
+    pending = batch.last if batch is not None else None
+    if pending is None or task_id_of(pending.job["job_id"]) != getattr(result, "id", None):
+        return
+    if pending.outcome is None:
+        pending.result = result
+    elif pending.outcome.duplicate_of:
+        result.id = pending.outcome.duplicate_of
 
 
 def current() -> Batch | None:
@@ -140,10 +179,22 @@ class _Block:
                 self.batch.depth -= 1
             else:
                 _batch.reset(self.token)
-                if kind is None:  # an exception drops the batch: nothing of it is stored
+                if kind is None:
                     self.batch.store()
+                else:  # the jobs sent before the exception are stored, as plain Celery's are
+                    _store_quietly(self.batch, value)
         finally:
             self.inner.__exit__(kind, value, traceback)
+
+
+def _store_quietly(batch: Batch, raised: BaseException) -> None:
+    """Store the jobs sent before ``raised`` ended their block; the caller gets ``raised``, so
+    a job of them that could not be stored is logged."""
+    try:
+        batch.store()
+    except FairqueueError as exc:
+        logger.warning("fairqueue: %s ended a block of fair sends; of the jobs sent before it, "
+                       "%s", raised.__class__.__name__, exc)
 
 
 def signature_of(task: Any, call: Any) -> Signature:
@@ -181,10 +232,12 @@ def _announced(pending: PendingJob, reply: Any) -> EnqueueOutcome:
     if isinstance(reply, EnqueueResult):
         pending.announce(reply)
         if reply.task_id == asked:
-            return EnqueueOutcome(asked, stored=True)
+            pending.outcome = EnqueueOutcome(asked, stored=True)
+            return pending.outcome
         if pending.result is not None:
             pending.result.id = reply.task_id
-        return EnqueueOutcome(asked, stored=False, duplicate_of=reply.task_id)
+        pending.outcome = EnqueueOutcome(asked, stored=False, duplicate_of=reply.task_id)
+        return pending.outcome
     if isinstance(reply, DeadLetterNotFound):  # a KeyError: see publish.py
         reply = ReplayLostError(str(reply))
     if not isinstance(reply, FairqueueError):  # the account moved again in a reshard

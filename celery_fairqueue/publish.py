@@ -70,7 +70,7 @@ def install_publish_path(app: Celery) -> None:
             return broker_send(producer, name, message, **options)
         batch = joining()
         if batch is not None:  # a group's, a chord header's: stored as the group's block ends
-            batch.jobs.append(prepare_fair(app, task, producer, message, options))
+            batch.add(prepare_fair(app, task, producer, message, options))
             return None
         try:
             result = publish_fair(app, task, producer, message, options)

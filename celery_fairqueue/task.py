@@ -405,6 +405,8 @@ class FairTask(ReliableTask):
                     for sig in signatures]
         with self.app.producer_or_acquire() as producer:  # stored as the block ends
             batch = current()
+            if batch is not None:  # every call is at hand: none need start first
+                batch.first_at_once = False
             for sig in signatures:
                 sig.apply_async(producer=producer, **options)
         return batch.outcomes if batch is not None else []

@@ -14,7 +14,7 @@ from celery import Celery, chord, group
 from redis.connection import Connection
 
 import celery_fairqueue
-from celery_fairqueue import BacklogFullError, EnqueueOutcome, FairTask, StoreUnavailableError
+from celery_fairqueue import BacklogFullError, EnqueueOutcome, FairTask, StoreUnavailableError, bulk
 from celery_fairqueue.store import store_for
 from celery_fairqueue.store.formats.keys import encode_id
 
@@ -43,12 +43,21 @@ def stored_ids(store) -> set[str]:
     return {job_id.split(":")[0] for job_id in store.client.hkeys(store.keys.records)}
 
 
-def test_a_group_of_fair_tasks_is_stored_in_one_round_trip_per_shard(fair, fair_store):
+@pytest.fixture
+def unhurried(monkeypatch):
+    """A batch is stored only when full or at the end of its block, however slowly this
+    machine builds the group (the count of round trips is then the design's)."""
+    monkeypatch.setattr(bulk, "FLUSH_SECONDS", 3600.0)
+
+
+def test_a_group_of_fair_tasks_is_stored_in_one_round_trip_per_shard(fair, fair_store,
+                                                                     unhurried):
     fair.job.delay("warm", 0)  # connected, scripts loaded, Redis's clock read
     jobs = group(fair.job.s(f"acct{n % 7}", n) for n in range(300))
     with round_trips() as sent:
         result = jobs.apply_async()
-    assert sent.count("EVALSHA") == 1, sent  # 300 script calls in one pipelined request
+    # its first job alone, at once (see bulk.FLUSH_SECONDS), then 299 in one request
+    assert sent.count("EVALSHA") == 2, sent
     assert "SCRIPT" not in sent  # no SCRIPT EXISTS round trip before it
     assert {r.id for r in result.results} <= stored_ids(fair_store)
     assert len(stored_ids(fair_store)) == 301
@@ -136,18 +145,21 @@ def test_a_group_sent_while_redis_is_paused_raises_and_stores_none_of_its_jobs(
     assert len(stored_ids(store_for(app))) == 1  # the warm-up job only
 
 
-def test_a_group_whose_building_raises_midway_stores_none_of_its_jobs(fair, fair_store):
+def test_a_group_whose_building_raises_midway_stores_the_jobs_sent_before_as_plain_celery(
+        fair, fair_store, unhurried):
+    sent = [fair.job.s("acme", n).freeze().id for n in range(3)]
     with pytest.raises(TypeError):
-        group([fair.job.s("acme", 1), fair.job.s("acme", object())]).apply_async()
-    assert stored_ids(fair_store) == set()
+        group([*(fair.job.s("acme", n).set(task_id=task_id) for n, task_id in enumerate(sent)),
+               fair.job.s("acme", object()), fair.job.s("acme", 9)]).apply_async()
+    assert stored_ids(fair_store) == set(sent)
 
 
-def test_a_chords_header_is_stored_in_one_round_trip(fair, fair_store):
+def test_a_chords_header_is_stored_in_one_round_trip(fair, fair_store, unhurried):
     fair.job.delay("warm", 0)
     with round_trips() as sent:
         chord(fair.job.s("acme", n) for n in range(20))(fair.urgent.s("acme", 99).set(
             immutable=True))
-    assert sent.count("EVALSHA") == 1, sent
+    assert sent.count("EVALSHA") == 2, sent  # its first job, then the 19 others
     assert len(stored_ids(fair_store)) == 1 + 20  # the body waits in the result backend
 
 
@@ -158,7 +170,8 @@ def test_a_lone_delay_is_stored_before_it_returns(fair, fair_store):
     assert stored_ids(fair_store) == {result.id}
 
 
-def test_jobs_sent_in_a_users_producer_block_are_stored_as_the_block_ends(fair, fair_store):
+def test_jobs_sent_in_a_users_producer_block_are_stored_as_the_block_ends(fair, fair_store,
+                                                                          unhurried):
     first = fair.job.delay("acme", 1)
     with fair.app.producer_or_acquire() as producer:
         again = fair.job.apply_async(("acme", 1), producer=producer)
@@ -168,7 +181,7 @@ def test_jobs_sent_in_a_users_producer_block_are_stored_as_the_block_ends(fair, 
     assert stored_ids(fair_store) == {first.id, other.id}
 
 
-def test_a_sharded_group_makes_one_round_trip_per_shard(redis_client):
+def test_a_sharded_group_makes_one_round_trip_per_shard(redis_client, unhurried):
     from tests.apps import sharded
     store = sharded.fresh()
     sharded.job.delay("warm", 0)
@@ -176,17 +189,47 @@ def test_a_sharded_group_makes_one_round_trip_per_shard(redis_client):
     with round_trips() as sent:
         group(sharded.job.s(account, n) for n, account in enumerate(accounts)).apply_async()
     shards_used = {store.shards.index(store.shard_for(a)) for a in accounts}
-    assert sent.count("EVALSHA") == len(shards_used) > 1
+    assert sent.count("EVALSHA") == 1 + len(shards_used) > 2  # the first job, then each shard
     for account in accounts:  # each job on its account's own shard
         shard = store.shard_for(account)
         low, high = f"[{encode_id(account)}|", f"({encode_id(account)}}}"
         assert shard.client.zrangebylex(shard.keys.queue("celery").ready, low, high)
 
 
-def test_a_bulk_enqueue_of_large_messages_sends_a_few_megabytes_a_round_trip(fair, fair_store):
+def test_a_bulk_enqueue_of_large_messages_sends_a_few_megabytes_a_round_trip(fair, fair_store,
+                                                                               unhurried):
     fair.job.delay("warm", 0)
     big = "x" * 1_500_000
     with round_trips() as sent:
         outcomes = fair.job.apply_many([("acme", n, big) for n in range(6)])
     assert [o.state for o in outcomes] == ["stored"] * 6
     assert sent.count("EVALSHA") == 2, sent  # 3 messages of 1.5 MB make a 4 MiB round trip
+
+
+def test_a_group_fed_by_a_slow_generator_stores_its_first_jobs_while_the_generator_runs(
+        fair, fair_store):
+    """Celery's #3021: a chord header's generator is consumed as its tasks are sent, so the
+    first ones run before the last is made; a batch waits at most FLUSH_SECONDS."""
+    stored_meanwhile: list[int] = []
+
+    def slowly():
+        for n in range(4):
+            time.sleep(bulk.FLUSH_SECONDS * 2)
+            stored_meanwhile.append(len(stored_ids(fair_store)))
+            yield fair.job.s("acme", n)
+
+    group(slowly()).apply_async()
+    # Celery's group reads two tasks ahead; each job is stored as it is sent: the first at
+    # once, before the third task is made, the next ones as they come, slowly
+    assert stored_meanwhile == [0, 0, 1, 1]
+    assert len(stored_ids(fair_store)) == 4
+
+
+def test_a_group_larger_than_a_batch_is_stored_a_batch_at_a_time(fair, fair_store, unhurried):
+    store_for(fair.app)  # the app's settings, read
+    fair.job.delay("warm", 0)
+    with round_trips() as sent:
+        group(fair.job.s(f"acct{n % 3}", n) for n in range(1201)).apply_async()
+    # the first alone, then 500, 500 and 200 (fairqueue_enqueue_batch)
+    assert sent.count("EVALSHA") == 4, sent
+    assert len(stored_ids(fair_store)) == 1202
