@@ -1,7 +1,7 @@
 """What a job costs Redis: plain Celery beside FairTask, on one Redis, one run.
 
     .venv/bin/python -m bench.redis_cost [--quick] [--workers N --concurrency C]
-        [--only cpu|pickup|enqueue|idle|script|commands|memory]
+        [--only cpu|pickup|enqueue|bulk|idle|script|commands|memory]
 
 Plain Celery runs in ``bench.plain_app`` (nothing of this package installed); FairTask in
 ``bench.app`` with the package's default poll interval (30 s: a fallback, the store wakes idle
@@ -15,7 +15,8 @@ workers). Both kinds' workers run with the harness flags (no gossip, mingle or h
     (those inside scripts counted); then how much of each kind's CPU went to running scripts
     (commandstats) and how much to the rest, and the enqueue phase's CPU beside plain's.
 (2) Idle pickup: one job at a time to an idle worker; p50/p99 from ``.delay()`` to the start.
-(3) Enqueue: ``.delay()`` calls/s from one thread.
+(3) Enqueue: ``.delay()`` calls/s from one thread; (3b) a ``group`` of keyed tasks, its wall time
+    and Redis CPU per job.
 (4) Idle Redis commands/s with 4 and 16 idle workers (threads -c 4 each).
 (5) What a script call costs Redis before its first command: an empty script, and one that only
     defines the library helpers (``scripts/lib``), each given the keys and arguments of an enqueue.
@@ -217,6 +218,44 @@ def report_enqueue(server, quick: bool) -> bool:
     return worst >= 0.9
 
 
+def bulk_phase(server, kind: str, jobs: int) -> tuple[float, float]:
+    """A ``group`` of ``jobs`` keyed no-op tasks over 100 accounts, sent: the wall seconds of
+    its ``apply_async``, and Redis CPU seconds per job."""
+    from celery import group
+    module = app_of(kind)
+    task = module.plain_keyed_noop if kind == "plain" else module.fair_keyed_noop
+    client = fresh(server, kind)
+    jobs_group = group(task.s(f"acct{n % 100}", n) for n in range(jobs))
+    before = redis_cpu(client)
+    started = time.perf_counter()
+    jobs_group.apply_async()
+    wall = time.perf_counter() - started
+    return wall, (redis_cpu(client) - before) / jobs
+
+
+def report_bulk(server, quick: bool) -> bool:
+    """Each kind's best of ``ROUNDS`` groups, the kinds taking turns."""
+    jobs = 2000 if quick else 10000
+    runs_of: dict[str, list[tuple[float, float]]] = {kind: [] for kind in KINDS}
+    for _ in range(ROUNDS):
+        for kind in KINDS:
+            runs_of[kind].append(bulk_phase(server, kind, jobs))
+    walls = {kind: min(wall for wall, _ in costs) for kind, costs in runs_of.items()}
+    cpus = {kind: min(cpu for _, cpu in costs) for kind, costs in runs_of.items()}
+    print(f"\n(3b) bulk: group(...).apply_async() of {jobs} keyed no-op tasks over 100 "
+          f"accounts (best of {ROUNDS} each, taking turns)")
+    for kind in KINDS:
+        print(f"    {kind:12}{walls[kind]:8.2f} s  {jobs / walls[kind]:8.0f} jobs/s   "
+              f"plain/fair wall {ratio(walls['plain'], walls[kind]):.2f}"
+              f"{cpus[kind] * 1e6:8.1f} us Redis CPU/job   fair/plain "
+              f"{ratio(cpus[kind], cpus['plain']):.2f}")
+    faster = min(ratio(walls["plain"], walls[kind]) for kind in KINDS[1:])
+    cpu = max(ratio(cpus[kind], cpus["plain"]) for kind in KINDS[1:])
+    print(f"    acceptance: fair group at least 2x faster than plain's: {faster:.2f}x; "
+          f"Redis CPU/job fair/plain <= 1.0: {cpu:.2f}")
+    return faster >= 2.0 and cpu <= 1.0
+
+
 def idle_phase(server, kind: str, count: int, seconds: float) -> float:
     client = fresh(server, kind)
     with workers(server, count, app=app_of(kind).__name__, **FLAGS):
@@ -270,8 +309,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="draining workers in (1)")
     parser.add_argument("--concurrency", type=int, default=4,
                         help="threads of each draining worker in (1)")
-    parser.add_argument("--only", choices=["cpu", "pickup", "enqueue", "idle", "script",
-                                           "commands", "memory"])
+    parser.add_argument("--only", choices=["cpu", "pickup", "enqueue", "bulk", "idle",
+                                           "script", "commands", "memory"])
     options = parser.parse_args()
     ok = True
     with redis_server() as server:
@@ -281,6 +320,8 @@ def main() -> None:
             ok &= report_pickup(server, options.quick)
         if options.only in (None, "enqueue"):
             ok &= report_enqueue(server, options.quick)
+        if options.only in (None, "bulk"):
+            ok &= report_bulk(server, options.quick)
         if options.only in (None, "idle"):
             ok &= report_idle(server, options.quick)
         if options.only in (None, "script"):

@@ -1,5 +1,6 @@
 """Fair, rate-limited, idempotent multi-tenant jobs for Celery."""
 
+from .bulk import EnqueueOutcome
 from .errors import (
     AmbiguousDeadLetterError,
     BacklogFullError,
@@ -46,6 +47,7 @@ __all__ = [
     "DeadLetterNotFound",
     "DeadLetters",
     "EnqueueError",
+    "EnqueueOutcome",
     "FairTask",
     "FairqueueError",
     "InvalidAccountError",

@@ -5,9 +5,15 @@ place every store command's error passes through."""
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class FairqueueError(Exception):
     """Root of every error this package raises."""
+
+    #: raised by a bulk enqueue (a group, ``FairTask.apply_many``): every job's
+    #: :class:`~celery_fairqueue.bulk.EnqueueOutcome`, saying which were stored
+    outcomes: list[Any] | None = None
 
 
 class ConfigurationError(FairqueueError):

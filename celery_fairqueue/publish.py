@@ -18,6 +18,7 @@ from kombu import Queue
 from kombu.exceptions import EncodeError
 from kombu.serialization import dumps
 
+from .bulk import PendingJob, install_bulk, joining
 from .envelope import JSON_CONTENT_TYPE, Envelope
 from .errors import DeadLetterNotFound, PayloadTooLargeError, ReplayLostError, SerializationError
 from .protocol import (
@@ -29,7 +30,7 @@ from .protocol import (
     last_enqueued_task_id,
 )
 from .redaction import redact_arguments
-from .results import install_result_subscription, stored
+from .results import install_result_subscription, put_off_calls, subscribe
 from .settings import settings_for
 from .store import EnqueueResult, store_for
 from .task import FairTask
@@ -52,6 +53,7 @@ def install_publish_path(app: Celery) -> None:
     configuration (Django's settings) is loaded. A fair task's result subscription waits for the
     store to take the job (see results.py)."""
     install_result_subscription(app)
+    install_bulk(app)
     amqp = app.amqp
     made: list[Any] = [amqp.__dict__.get("send_task_message")]
     if getattr(made[0], "fairqueue", False):
@@ -66,12 +68,15 @@ def install_publish_path(app: Celery) -> None:
         task = app.tasks.get(name)
         if not is_fair(task):
             return broker_send(producer, name, message, **options)
+        batch = joining()
+        if batch is not None:  # a group's, a chord header's: stored as the group's block ends
+            batch.add(prepare_fair(app, task, producer, message, options))
+            return None
         try:
             result = publish_fair(app, task, producer, message, options)
         except DeadLetterNotFound as exc:  # a KeyError: kombu would call it a lost connection
             raise ReplayLostError(str(exc)) from exc
         last_enqueued_task_id.set(result.task_id)
-        stored(task.name, result.task_id)
         return None
 
     send_task_message.fairqueue = True  # type: ignore[attr-defined]
@@ -101,6 +106,17 @@ def eta_timestamp(app: Celery, eta: Any) -> float | None:
 def publish_fair(app: Celery, task: FairTask, producer: Any, message: Any,
                  options: dict[str, Any]) -> EnqueueResult:
     """Store one Celery task message of a fair task; returns the job that holds it."""
+    pending = prepare_fair(app, task, producer, message, options)
+    result = store_for(app).enqueue(**pending.job)
+    pending.announce(result)
+    return result
+
+
+def prepare_fair(app: Celery, task: FairTask, producer: Any, message: Any,
+                 options: dict[str, Any]) -> PendingJob:
+    """One Celery task message of a fair task made ready to store: the store's enqueue
+    keywords, and what to announce once it is stored (Celery's ``after_task_publish`` and
+    task-sent event for a new job, the result subscription put off by results.py)."""
     headers, properties, body, sent_event = message
     options = dict(options)
     if options.get("headers"):
@@ -127,16 +143,22 @@ def publish_fair(app: Celery, task: FairTask, producer: Any, message: Any,
     # a retry, or a replacement (Task.replace), is the next delivery of a job already stored:
     # never deduplicated against the business key it holds itself
     first = not headers.get("retries") and not headers.get("replaced_task_nesting")
-    result = store_for(app).enqueue(
-        queue=qname, account=account, job_id=delivery_of(headers),
-        envelope=envelope, due=eta_timestamp(app, headers.get("eta")), job_key=job_key,
-        dedupe=first, task=task.name, priority=_priority(properties.get("priority")),
-        expires=eta_timestamp(app, headers.get("expires")),
-        replays=options.get("fairqueue_replays") or "",
-        shown_args=json.dumps(
+    job = {
+        "queue": qname, "account": account, "job_id": delivery_of(headers),
+        "envelope": envelope, "due": eta_timestamp(app, headers.get("eta")),
+        "job_key": job_key, "dedupe": first, "task": task.name,
+        "priority": _priority(properties.get("priority")),
+        "expires": eta_timestamp(app, headers.get("expires")),
+        "replays": options.get("fairqueue_replays") or "",
+        "shown_args": json.dumps(
             redact_arguments((), task.named_arguments(args, kwargs), task.redact)["kwargs"],
-            default=str))
-    if result.created:
+            default=str)}
+    subscriptions = put_off_calls()
+
+    def announce(result: EnqueueResult) -> None:
+        subscribe(subscriptions, task.name, result.task_id)
+        if not result.created:
+            return
         signals.after_task_publish.send(
             sender=task.name, body=body, exchange="", routing_key=qname, headers=headers,
             properties=properties)
@@ -145,7 +167,8 @@ def publish_fair(app: Celery, task: FairTask, producer: Any, message: Any,
             if dispatcher is not None:
                 sent_event.update({"queue": qname, "exchange": "", "routing_key": qname})
                 dispatcher.publish("task-sent", sent_event, producer)
-    return result
+
+    return PendingJob(job, announce)
 
 
 def serialize_body(task_name: str, body: Any) -> str:

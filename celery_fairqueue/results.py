@@ -73,7 +73,17 @@ def stored(task_name: str, task_id: str) -> None:
     """The store took the job ``task_id`` (the one whose result the caller gets): make the
     result calls put off for it. The job is stored, so a failure here is a warning, not an
     error: the caller's ``.get()`` subscribes again."""
-    pending = _put_off.get()
+    subscribe(_put_off.get(), task_name, task_id)
+
+
+def put_off_calls() -> list[Any] | None:
+    """The result calls put off for the fair ``send_task`` under way, to be made by
+    :func:`subscribe` once a bulk enqueue stored its job (bulk.py), after that send returned."""
+    return _put_off.get()
+
+
+def subscribe(pending: list[Any] | None, task_name: str, task_id: str) -> None:
+    """Make the result calls ``pending`` for the stored job ``task_id`` (see :func:`stored`)."""
     while pending:
         on_task_call, producer = pending.pop(0)
         try:

@@ -79,6 +79,9 @@ class FairqueueSettings:
         30.0, "How often an idle worker asks the store for work anyway: the store wakes idle "
         "workers the moment work appears (Redis pub/sub), so this is the fallback.")
     claim_batch: int = _setting(64, "Most jobs one claim call leases.")
+    enqueue_batch: int = _setting(
+        500, "Most jobs a bulk enqueue (a group, a chord's header, chunks, apply_many) sends to "
+        "one shard in one round trip, each job its own script call.")
     promote_batch: int = _setting(
         200, "Most due delayed jobs, and paused accounts, one claim call makes ready.")
     max_skips: int = _setting(
@@ -100,7 +103,8 @@ class FairqueueSettings:
         300.0, "How often the leading recorder prunes in its idle time, in seconds. 0: never "
         "(prune with `manage.py fairqueue prune` or the prune_records task instead).")
     max_payload_bytes: int = _setting(
-        256 * 1024, "Largest serialized message a fair job may have.")
+        4 * 1024 * 1024, "Largest serialized message a fair job may have: room for a chain to "
+        "a chord of some 15,000 tasks (docs/guide.md, \"How large a message may be\").")
     enqueue_timeout: float = _setting(
         5.0, "Most seconds a producer's call to the store takes, retries included, before it "
         "raises StoreUnavailableError (the job may then have been stored: see the guide).")
@@ -160,7 +164,7 @@ class FairqueueSettings:
                 raise ConfigurationError(f"fairqueue_{name} must be positive and finite")
         if not 1 <= self.shards <= MAX_SHARDS:
             raise ConfigurationError(f"fairqueue_shards must be 1 to {MAX_SHARDS}")
-        for name in ("claim_batch", "promote_batch", "max_skips", "max_deliveries",
+        for name in ("claim_batch", "enqueue_batch", "promote_batch", "max_skips", "max_deliveries",
                      "max_payload_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"fairqueue_{name} must be at least 1")

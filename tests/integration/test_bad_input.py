@@ -4,7 +4,7 @@ import json
 import time
 
 import pytest
-from celery import Celery
+from celery import Celery, group
 
 import celery_fairqueue
 from celery_fairqueue import (
@@ -37,9 +37,19 @@ def test_arguments_that_are_not_json_are_refused(fair, fair_store):
 
 
 def test_oversized_payload_is_refused_with_the_setting_named(fair, fair_store):
-    with pytest.raises(PayloadTooLargeError, match="fairqueue_max_payload_bytes=262144"):
-        fair.job.delay("acme", 1, "x" * 300_000)
+    with pytest.raises(PayloadTooLargeError, match="fairqueue_max_payload_bytes=4194304"):
+        fair.job.delay("acme", 1, "x" * 4_200_000)
     assert fair_store.stats() == {}
+
+
+def test_a_chain_to_a_chord_with_a_large_header_is_under_the_default_payload_bound(fair,
+                                                                               fair_store):
+    """Celery's own test_chain_to_a_chord_with_large_header: its first message carries the
+    chord's 1,000 header signatures, some 270 KB."""
+    (fair.urgent.si("acme", 0) | group(fair.job.si("acme", n) for n in range(1000))
+     | fair.urgent.si("acme", 1)).delay()
+    [record] = fair_store.client.hvals(fair_store.keys.records)  # the chain's first task
+    assert len(record) > 256 * 1024
 
 
 def test_pickle_serializer_is_refused(fair, fair_store):

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from celery_fairqueue import DeadLetters, EnqueueError, FairqueueError
-from celery_fairqueue.protocol import MAX_ID_LENGTH
+from celery_fairqueue.protocol import MAX_ID_LENGTH, normalize_id
 from celery_fairqueue.testing import run_fair_jobs
 
 pytestmark = pytest.mark.slow
@@ -332,6 +332,27 @@ def test_hostile_account_ids_round_trip(hostile, fresh, redis_client, account, t
     assert second.state == "SUCCESS"
     assert second.account == account
     assert accounts_seen(redis_client, hostile) == [[account, account]]
+
+
+@settings(EXAMPLES, max_examples=30)
+@given(accounts=st.lists(ids, min_size=1, max_size=4))
+@example(accounts=[HOSTILE_LINE, "\ud800", "a b|{}", "%41"])
+def test_hostile_account_ids_round_trip_through_a_bulk_enqueue(hostile, fresh, redis_client,
+                                                                 accounts):
+    """apply_many, each account's keyed job twice: the first stored, the second its duplicate;
+    each job runs once, under its own account."""
+    fresh()
+    outcomes = hostile.echo_keyed.apply_many(
+        [(account, {"n": 1}) for account in accounts] * 2)
+    first_of = {}
+    for account, outcome in zip(accounts * 2, outcomes, strict=True):
+        held = first_of.setdefault(normalize_id(account), outcome.task_id)
+        assert outcome.state == ("stored" if held == outcome.task_id else "duplicate")
+        assert outcome.duplicate_of in (None, held)
+    finished = run_fair_jobs(hostile.app)
+    assert sorted(job.account for job in finished) == sorted(
+        normalize_id(account) for account in dict.fromkeys(map(normalize_id, accounts)))
+    assert {job.state for job in finished} == {"SUCCESS"}
 
 
 @settings(EXAMPLES, max_examples=40)

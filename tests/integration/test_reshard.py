@@ -247,3 +247,27 @@ def test_while_a_move_runs_an_account_is_frozen_where_its_jobs_wait_else_sent_on
     Resharder(settings(redis_server.url, 4), 16, settle=0).run()
     assert placed(redis_client, 16) == {"w1:0": new, "w2:0": new, "f1:0": fresh_new}
     assert open_store(settings(redis_server.url, 16)).pauses() == []
+
+
+def test_a_bulk_enqueue_while_a_move_runs_freezes_or_sends_on_each_account_as_one_enqueue_does(
+        redis_server, redis_client):
+    store = open_store(settings(redis_server.url, 4))
+    store.check_shards()
+    waiting, fresh = [f"acct{n}" for n in range(100)
+                      if account_shard(f"acct{n}", 4) != account_shard(f"acct{n}", 16)][:2]
+    store.enqueue(queue="celery", account=waiting, job_id="held:0", envelope="{}")
+    redis_client.set("{fairqueue}:shards", "4>16")  # announced
+    time.sleep(0.1)
+    jobs = [{"queue": "celery", "account": account, "job_id": f"{name}{n}:0", "envelope": "{}"}
+            for n in range(3) for account, name in ((waiting, "w"), (fresh, "f"))]
+    outcomes = store.enqueue_many(jobs)
+    assert [outcome.job_id for outcome in outcomes] == [job["job_id"] for job in jobs]
+    old, new = account_shard(waiting, 4), account_shard(waiting, 16)
+    fresh_old, fresh_new = account_shard(fresh, 4), account_shard(fresh, 16)
+    assert redis_client.hget(Keys("fairqueue", old).moved, waiting) == f"f {new}"
+    assert redis_client.hget(Keys("fairqueue", fresh_old).moved, fresh) == f"m {fresh_new}"
+    assert set(placed(redis_client, 4)) == {"held:0", "w0:0", "w1:0", "w2:0"}  # frozen there
+    assert redis_client.hkeys(Keys("fairqueue", fresh_new).records) == ["f0:0", "f1:0", "f2:0"]
+    Resharder(settings(redis_server.url, 4), 16, settle=0).run()
+    assert placed(redis_client, 16) == {"held:0": new, **{f"w{n}:0": new for n in range(3)},
+                                        **{f"f{n}:0": fresh_new for n in range(3)}}

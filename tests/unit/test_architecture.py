@@ -242,7 +242,8 @@ def test_the_lua_side_reads_each_stored_format_in_one_helper():
         assert "'|'" not in text, script.name
         assert "K_BUCKETS, account" not in text.replace("HDEL', K_BUCKETS", ""), script.name
         assert '{"state":' not in text, script.name
-        assert "K_RECORDS, job_id, " not in text or "make_record(" in text, script.name
+        assert "K_RECORDS, job_id, " not in text or "make_record(" in text or \
+            "make_new_record(" in text, script.name
     records = (LIBRARY / "records.lua").read_text()
     assert records.count("""'{"state":"' .. """) == 1  # make_marker
     assert records.count("'\\n'") == 2  # split_record and make_record

@@ -33,12 +33,10 @@ from celery_fairqueue import FairTask
 from celery_fairqueue.protocol import ACCOUNT_HEADER
 
 #: What a user sets to make a whole existing app fair: the account of jobs that name none
-#: (Celery's test tasks pass no account), and room for messages that carry a large canvas
-#: (Celery's test_chain_to_a_chord_with_large_header sends a 271 KB chain, over the 256 KB
-#: default of fairqueue_max_payload_bytes, which says so in its PayloadTooLargeError).
+#: (Celery's test tasks pass no account). The default fairqueue_max_payload_bytes (4 MiB) holds
+#: Celery's largest message, test_chain_to_a_chord_with_large_header's 271 KB chain.
 FAIR_CONFIG = {
     "fairqueue_default_account": "shared",
-    "fairqueue_max_payload_bytes": 1024 * 1024,
 }
 #: The Celery fixtures that build the apps: the per-test one (producers) and the session one
 #: (the embedded worker).

@@ -21,6 +21,17 @@ CONNECTION_OPTIONS = (
     "ssl_ca_data", "ssl_check_hostname", "ssl_password", "ssl_min_version", "ssl_ciphers",
 )
 
+def errors_in_place(replies: list[Any], url: str, wait_replicas: int) -> tuple[list[Any], int]:
+    """A batch's replies with each error reply translated where it stands, and WAIT's count
+    (0 when WAIT failed or was not asked)."""
+    acked = 0
+    if wait_replicas:
+        last = replies.pop()
+        acked = 0 if isinstance(last, Exception) else int(last)
+    return [translate(reply, url) if isinstance(reply, redis.RedisError) else reply
+            for reply in replies], acked
+
+
 class StorePipeline(Translating, Pipeline):
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         try:
@@ -53,6 +64,31 @@ class StoreClient(Translating, redis.Redis):
                 raise
             break
         return reply, int(acked)
+
+    def run_batch(self, script: Any, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]],
+                  wait_replicas: int = 0) -> tuple[list[Any], int]:
+        """Run ``script`` once per (keys, args) in one round trip (EVALSHA only: redis-py's
+        pipelined Script asks SCRIPT EXISTS first, a second round trip), then ``WAIT
+        wait_replicas`` when asked. Returns each call's reply, or the error of that call alone
+        as a StoreUnavailableError (the others ran), and how many replicas confirmed them;
+        no reply at all raises."""
+        commands = [("EVALSHA", script.sha, len(keys), *keys, *args) for keys, args in calls]
+        if wait_replicas:
+            timeout = self.get_connection_kwargs().get("socket_timeout") or 1.0
+            commands.append(("WAIT", wait_replicas, max(1, int(timeout * 500))))
+        for attempt in (1, 2):
+            pipe = self.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            replies = pipe.execute(raise_on_error=False)
+            if attempt == 1 and any(isinstance(r, redis.exceptions.NoScriptError)
+                                    for r in replies):
+                # a restarted Redis: load it and send the batch again (a call that ran
+                # answers for its job: every enqueue is idempotent by its delivery id)
+                script.sha = self.script_load(script.script)
+                continue
+            break
+        return errors_in_place(replies, self.store_url, wait_replicas)
 
     def run_scripts(self, script: Any, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]
                     ) -> list[Any]:

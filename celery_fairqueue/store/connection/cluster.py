@@ -30,7 +30,7 @@ from redis.exceptions import (
 from redis.retry import Retry
 
 from ...errors import ConfigurationError
-from .client import CONNECTION_OPTIONS
+from .client import CONNECTION_OPTIONS, errors_in_place
 from .translate import Translating, display_url, translate
 
 #: ``redis+cluster://`` and, with TLS, ``rediss+cluster://``; one part per startup node,
@@ -208,8 +208,14 @@ class StoreClusterClient(Translating, RedisCluster):
         """SCAN the primary holding ``key``: the keys of one hash tag live there only."""
         yield from self.scan_iter(match=match, count=count, target_nodes=self._home(key))
 
+    def run_batch(self, script: Any, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]],
+                  wait_replicas: int = 0) -> tuple[list[Any], int]:
+        """As StoreClient.run_batch: each call's reply or its own error, and WAIT's count."""
+        return errors_in_place(self.run_scripts(script, calls, wait_replicas, in_place=True),
+                               self.store_url, wait_replicas)
+
     def run_scripts(self, script: Any, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]],
-                    wait_replicas: int = 0) -> list[Any]:
+                    wait_replicas: int = 0, in_place: bool = False) -> list[Any]:
         """Run ``script`` once per (keys, args) in one round trip to the primary holding the
         keys (all share one slot), then ``WAIT wait_replicas`` on the same connection when
         asked; returns the replies (and WAIT's last). redis-py's cluster pipeline refuses
@@ -230,7 +236,13 @@ class StoreClusterClient(Translating, RedisCluster):
                     pipe.execute_command("ASKING")
                 pipe.execute_command(*command)
             try:
-                replies = pipe.execute()
+                replies = pipe.execute(raise_on_error=not in_place)
+                # ``in_place``: a call's own error stays in its place; one that says where
+                # to send the batch (or to load the script) is followed for all of them
+                redirected = next((r for r in replies if isinstance(
+                    r, (NoScriptError, AskError, TryAgainError))), None)
+                if redirected is not None:
+                    raise redirected
             except NoScriptError:  # a new primary after a failover has no scripts yet
                 self.get_redis_connection(node).script_load(script.script)
                 continue

@@ -144,6 +144,15 @@ class StoreDoor:
                 results.extend(self.client.run_scripts(script, batch))
         return results
 
+    def _run_batch(self, name: str, calls: Sequence[tuple[Sequence[QueueKeys], Sequence[Any]]],
+                   wait_replicas: int = 0) -> tuple[list[Any], int]:
+        """:meth:`_run` for each call, all in one round trip (then WAIT ``wait_replicas``):
+        each call's reply, or its own error as a StoreUnavailableError, and WAIT's count."""
+        wired = [(self._keys_for(name, queues), self._args_for(name, args))
+                 for queues, args in calls]
+        with operation(name):
+            return self.client.run_batch(self._scripts[name], wired, wait_replicas)
+
     def known_queues(self) -> list[str]:
         return sorted(decode_id(q) for q in self.client.smembers(self.keys.queues))
 

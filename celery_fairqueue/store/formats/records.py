@@ -24,7 +24,7 @@ from typing import Any
 from ...protocol import NO_JOB_KEY, decode_id, encode_id
 
 __all__ = ["Bucket", "DeadRecord", "Deferral", "JobRecord", "Marker", "ReadyMember",
-           "WorkerEntry", "build_dead_record", "marker_external_id"]
+           "WorkerEntry", "build_dead_record", "marker_external_id", "new_record_parts"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,16 @@ class JobRecord:
         """When the job became ready (its seq's time), or None for a seq of the layout before
         records (a counter)."""
         return seq_time(self.seq)
+
+
+def new_record_parts(queue: str, account: str, stored_key: str, expires: float | None,
+                     envelope: str) -> tuple[str, str]:
+    """A new job's record as the producer sends it to the enqueue script (queue and account
+    encoded): the header before its seq, and the rest after it, the message too. Only the seq
+    is Redis's (its clock): ``make_new_record`` puts it between, so the script copies the
+    message once and builds no header."""
+    expires_text = "-" if expires is None else f"{expires:.6f}"
+    return f"{queue} {account} ", f" {stored_key} {expires_text} 0 - - -\n{envelope}"
 
 
 def seq_time(seq: str) -> float | None:

@@ -1,7 +1,7 @@
 -- enqueue: store one job, ready now or delayed, deduplicated by delivery id and business key.
 -- KEYS: global keys, then the keys of the job's queue.
 -- ARGV: [1] job_id (task id ":" retries), [2] account, [3] queue (both encoded),
---       [4] envelope (JSON message), [5] due time (epoch seconds, 0 = now), [6] business job key
+--       [4] the job's record before its seq (records.new_record_parts), [5] due time (epoch seconds, 0 = now), [6] business job key
 --       or "-", [7] "1" for a new job (deduped on its business key, bounded by [11] and [12]),
 --       "0" for the next delivery of a stored job (a retry: never refused), [8] task name and
 --       [9] redacted arguments (JSON), for the event only, [10] the id of the dead letter this
@@ -10,8 +10,9 @@
 --       ones for a delayed job (0: no bound), [12] most jobs in the store (0: no bound), [13]
 --       the job's priority, one digit, 0 first (Celery's priority as the Redis transport reads
 --       it): the first digit of its place in the account's FIFO, so it orders jobs within the
---       account, [14] when the job expires (epoch seconds, Celery's ``expires``) or "": the
---       claim drops it then, without a slot or a token, [15] the producer's deadline (epoch
+--       account, [14] the job's record after its seq (the message too; its header holds when
+--       the job expires, Celery's ``expires``, which the claim reads: it drops the job then,
+--       without a slot or a token), [15] the producer's deadline (epoch
 --       seconds on Redis's clock; "" or absent: none): a call that runs later stores nothing
 --       (it still says whether the delivery is stored: the producer's check), since its
 --       producer has raised or will (store/connection/deadline.py), [16] while a reshard moves the store,
@@ -25,16 +26,15 @@
 -- has not seen the recorder's stream, EXISTS); in a sharded store, one more (HGET of the moved
 -- accounts).
 -- include: keys events records rotation shards
-local job_id, account, queue, envelope = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+-- The producer builds what it can (the record but its seq, the encoded names): the script
+-- reads Redis's clock, checks and writes.
+local job_id, account, queue = ARGV[1], ARGV[2], ARGV[3]
 local due, job_key, dedupe = tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local replays, max_ready, max_jobs = ARGV[10], tonumber(ARGV[11]), tonumber(ARGV[12])
 local qk = queue_keys(1)
 local now = now_seconds()
 local deadline = tonumber(ARGV[15] or '')
 local seq = ready_seq(ARGV[13])
-local job = {queue = queue, account = account, seq = seq, job_key = job_key,
-             expires_text = ARGV[14] ~= '' and ARGV[14] or '-', deliveries = 0, owner = '-',
-             started = '-', capped = '-', envelope = envelope}
 
 local function stored_or(status)
   if redis.call('HEXISTS', K_RECORDS, job_id) == 1 then
@@ -96,7 +96,7 @@ if replays ~= '' and redis.call('HEXISTS', K_DEAD, replays) == 0 then
   return stored_or(3)
 end
 -- the record, written once: also the check that the delivery is not stored already
-if redis.call('HSETNX', K_RECORDS, job_id, make_record(job)) == 0 then
+if redis.call('HSETNX', K_RECORDS, job_id, make_new_record(ARGV[4], seq, ARGV[14])) == 0 then
   return {0, job_id}
 end
 

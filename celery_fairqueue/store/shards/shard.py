@@ -15,7 +15,7 @@ from ..connection.translate import operation
 from ..formats.keys import Keys, encode_id
 from ..formats.records import JobRecord
 from ..writers.fleet import Fleet
-from ..writers.jobs import Claim, EnqueueResult, Jobs
+from ..writers.jobs import Claim, EnqueueOutcomeOrError, EnqueueResult, Jobs
 from ..writers.leases import Lease
 from ..writers.operator import Operator, paused_accounts
 
@@ -49,6 +49,13 @@ class FairStore(Jobs, Fleet, Operator):
         with operation("enqueue"):  # a failure to read the store's shards is the enqueue's
             self.check_shards()
         return super().enqueue(account=account, **job)
+
+    def enqueue_many(self, jobs: Sequence[dict[str, Any]]) -> list[EnqueueOutcomeOrError]:
+        """Store jobs in pipelined batches (Jobs.enqueue_many), once the store's shards are as
+        this process expects."""
+        with operation("enqueue"):
+            self.check_shards()
+        return super().enqueue_many(jobs)
 
     def shard_at(self, n: int) -> FairStore:
         """Shard ``n`` of the store, even one that a reshard made after this process counted

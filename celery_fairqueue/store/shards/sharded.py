@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from ...errors import FairqueueError, ShardCountError
+from ...errors import FairqueueError, ShardCountError, StoreUnavailableError
 from ...limits import AccountLimit
 from ...protocol import delivery_id
 from ...settings import FairqueueSettings
@@ -30,7 +30,7 @@ from ..connection.translate import operation
 from ..formats.keys import Keys, encode_id
 from ..formats.records import JobRecord
 from ..writers.fleet import Beat, WorkerRegistration
-from ..writers.jobs import AccountMoved, Claim, EnqueueResult
+from ..writers.jobs import AccountMoved, Claim, EnqueueOutcomeOrError, EnqueueResult
 from ..writers.leases import Lease
 from ..writers.operator import MAX_DELIVERY_LOOKUP, OperatorPause
 from .chooser import ShardChooser
@@ -108,6 +108,43 @@ class ShardedStore(FairStore):
             result = self.shards[shard].enqueue(account=account, **job)
         self._chooser.woken(shard)
         return result
+
+    def enqueue_many(self, jobs: Sequence[dict[str, Any]]) -> list[EnqueueOutcomeOrError]:
+        """Store jobs as :meth:`enqueue` does each, in batches of one round trip per shard
+        (Jobs.enqueue_many); the jobs of an account a reshard moved are sent on to its new
+        shard after the others, in their order."""
+        with operation("enqueue"):
+            self.check_shards()
+        outcomes: list[EnqueueOutcomeOrError | None] = [None] * len(jobs)
+        by_shard: dict[int, list[int]] = {}
+        for n, job in enumerate(jobs):
+            by_shard.setdefault(account_shard(job["account"], self._route), []).append(n)
+        moved: dict[int, list[int]] = {}
+        for shard, indexes in by_shard.items():
+            sent = [dict(jobs[n]) for n in indexes]
+            if self.shard_move:  # reshard: tell the old shard where each account goes
+                for job in sent:
+                    target = account_shard(job["account"], self.shard_move[1])
+                    job["moving_to"] = target if target != shard else None
+            for n, outcome in zip(indexes, FairStore.enqueue_many(self.shards[shard], sent),
+                                  strict=True):
+                if isinstance(outcome, AccountMoved):
+                    self._grow(outcome.shard + 1)
+                    moved.setdefault(outcome.shard, []).append(n)
+                else:
+                    outcomes[n] = outcome
+            self._chooser.woken(shard)
+        for shard, indexes in moved.items():
+            sent = [jobs[n] for n in indexes]
+            for n, outcome in zip(indexes, FairStore.enqueue_many(self.shards[shard], sent),
+                                  strict=True):
+                outcomes[n] = StoreUnavailableError(
+                    "the account moved again during a reshard: not stored, try again"
+                ) if isinstance(outcome, AccountMoved) else outcome
+            self._chooser.woken(shard)
+        done = [outcome for outcome in outcomes if outcome is not None]
+        assert len(done) == len(jobs)
+        return done
 
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
               first: int = 0, acks: Sequence[Lease] = ()) -> Claim:

@@ -18,8 +18,11 @@ from ...protocol import event_fields, task_id_of
 from ..connection.door import StoreDoor
 from ..connection.translate import may_run_later, operation
 from ..formats.keys import decode_id, encode_id, encode_job_key
-from ..formats.records import Marker, build_dead_record, marker_external_id
+from ..formats.records import Marker, build_dead_record, marker_external_id, new_record_parts
 from .leases import Lease
+
+#: Most message bytes (about) one round trip of a bulk enqueue sends.
+BATCH_BYTES = 4 * 1024 * 1024
 
 
 class AccountMoved(Exception):
@@ -63,6 +66,21 @@ class EnqueueResult:
 
 
 
+#: One job's answer in a bulk enqueue: stored (or a duplicate), or why it is not.
+EnqueueOutcomeOrError = EnqueueResult | FairqueueError | AccountMoved
+
+
+def _outcome(reply: Any) -> EnqueueOutcomeOrError:
+    """One enqueue call's reply in a batch, or the error it says (its own error reply too)."""
+    if isinstance(reply, Exception):
+        return reply if isinstance(reply, FairqueueError) else StoreUnavailableError(str(reply))
+    try:
+        return EnqueueResult.from_reply(reply)
+    except (FairqueueError, AccountMoved) as exc:
+        return exc
+
+
+
 @dataclass(frozen=True)
 class Claim:
     leases: list[Lease]
@@ -85,11 +103,14 @@ class Jobs(StoreDoor):
                       dedupe: bool = True, task: str = "", shown_args: str = "",
                       replays: str = "", priority: int | None = None,
                       expires: float | None = None) -> list[Any]:
-        return [job_id, encode_id(account), encode_id(queue), envelope, due or 0,
-                encode_job_key(job_key), "1" if dedupe else "0", task, shown_args, replays,
+        encoded_account, encoded_queue = encode_id(account), encode_id(queue)
+        stored_key = encode_job_key(job_key)
+        head, tail = new_record_parts(encoded_queue, encoded_account, stored_key, expires,
+                                      envelope)
+        return [job_id, encoded_account, encoded_queue, head, due or 0, stored_key,
+                "1" if dedupe else "0", task, shown_args, replays,
                 self.settings.max_pending_per_account, self.settings.max_pending,
-                min(max(int(priority or 0), 0), 9),
-                "" if expires is None else f"{expires:.6f}"]
+                min(max(int(priority or 0), 0), 9), tail]
 
     def enqueue(self, *, queue: str, account: str, job_id: str, envelope: str,
                 due: float | None = None, job_key: str | None = None,
@@ -125,6 +146,65 @@ class Jobs(StoreDoor):
                 return self._store(queue, args)
         self.redis_clock.forget()
         raise failure
+
+    def enqueue_many(self, jobs: Sequence[dict[str, Any]]) -> list[EnqueueOutcomeOrError]:
+        """Store ``jobs`` (each :meth:`enqueue`'s keywords, ``moving_to`` too), in order,
+        ``fairqueue_enqueue_batch`` a round trip, each job its own script call: per job its
+        result, or the error that one :meth:`enqueue` of it would raise (it is not stored;
+        AccountMoved: a reshard moved its account, the sharded store sends it on). A batch
+        that fails leaves it and the jobs after it not stored, each with that error."""
+        outcomes: list[EnqueueOutcomeOrError] = []
+        start = 0
+        while start < len(jobs):
+            end, size = start, 0
+            # a batch is a round trip within one try's socket timeout: bounded in bytes too
+            while end < len(jobs) and end - start < self.settings.enqueue_batch and \
+                    (size < BATCH_BYTES or end == start):
+                size += len(jobs[end]["envelope"])
+                end += 1
+            try:
+                outcomes += self._store_batch(jobs[start:end])
+            except StoreUnavailableError as exc:  # not stored, nor are those not sent
+                outcomes += [exc] * (len(jobs) - start)
+                break
+            start = end
+        return outcomes
+
+    def _store_batch(self, jobs: Sequence[dict[str, Any]]) -> list[EnqueueOutcomeOrError]:
+        """One round trip of :meth:`enqueue_many`, with :meth:`enqueue`'s deadline: a batch
+        with no reply is asked again once no call of it can store any more; raises when
+        that fails too (none of its jobs is stored)."""
+        with operation("enqueue"):
+            deadline = f"{self.redis_clock.deadline(self.settings.enqueue_timeout / 2):.6f}"
+        calls = []
+        for job in jobs:
+            fields = dict(job)
+            moving_to = fields.pop("moving_to", None)
+            args = [*self._enqueue_args(**fields), deadline]
+            if moving_to is not None:  # reshard
+                args.append(moving_to)
+            calls.append(([self.keys.queue(job["queue"])], args))
+        wanted = self.settings.wait_replicas
+        failure: StoreUnavailableError | None = None
+        try:
+            replies, acked = self._run_batch("enqueue", calls, wanted)
+        except StoreUnavailableError as exc:
+            failure = exc
+        if failure is not None and may_run_later(failure):
+            self.redis_clock.wait_past(float(deadline))
+            with contextlib.suppress(StoreUnavailableError):
+                replies, acked = self._run_batch("enqueue", calls, wanted)
+                failure = None
+        if failure is not None:
+            self.redis_clock.forget()
+            raise failure
+        outcomes = [_outcome(reply) for reply in replies]
+        if wanted:
+            try:
+                self.client.check_replicated(acked, wanted)
+            except StoreUnavailableError as exc:  # stored, but maybe not after a failover
+                outcomes = [exc if isinstance(o, EnqueueResult) else o for o in outcomes]
+        return outcomes
 
     def _store(self, queue: str, args: list[Any]) -> EnqueueResult:
         wanted = self.settings.wait_replicas

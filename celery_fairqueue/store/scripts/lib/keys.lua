@@ -45,15 +45,30 @@ end
 
 -- A queue's keys: the scripts receive its state key, and build the others from it, under the
 -- same hash tag (so in the same slot): keys.QueueKeys names them, in keys.QUEUE_KEY_NAMES.
+-- Each is made on its first use: an enqueue needs two or three of the eleven, and building a
+-- string costs a script call more than the command that uses it. A field of another name is
+-- the script's own (claim.lua notes a queue's next due times on it).
+local queue_key_made = nil
 local function queue_keys(i)
+  if not queue_key_made then
+    local named = {ready = true, deferred = true, delayed = true, running = true,
+                   ndelayed = true, deferrals = true, tags = true, finish = true,
+                   weight = true, wake = true}
+    queue_key_made = {__index = function(qk, field)
+      local key = nil
+      if named[field] then
+        key = qk.base .. field
+      elseif field == 'name' then
+        key = string.match(qk.state, ':queue:([^:]+):state$')
+      end
+      if key then
+        rawset(qk, field, key)
+      end
+      return key
+    end}
+  end
   local state = KEYS[NGLOBAL + i]
-  local base = string.sub(state, 1, -6)
-  return {state = state, ready = base .. 'ready', deferred = base .. 'deferred',
-          delayed = base .. 'delayed', running = base .. 'running',
-          ndelayed = base .. 'ndelayed', deferrals = base .. 'deferrals', tags = base .. 'tags',
-          finish = base .. 'finish', weight = base .. 'weight',
-          name = string.match(state, ':queue:([^:]+):state$'),
-          wake = base .. 'wake'}
+  return setmetatable({state = state, base = string.sub(state, 1, -6)}, queue_key_made)
 end
 
 -- A queue's keys by its encoded name, under the records key's tag (for the scripts of a reshard,

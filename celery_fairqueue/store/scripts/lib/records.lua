@@ -36,6 +36,12 @@ local function make_record(job)
   return make_header(job) .. '\n' .. job.envelope
 end
 
+-- A new job's record from the producer's parts (records.new_record_parts): the header before
+-- its seq, and after it (the message too); the seq alone is made here, off Redis's clock.
+local function make_new_record(head, seq, tail)
+  return head .. seq .. tail
+end
+
 local function read_job(job_id)
   return split_record(redis.call('HGET', K_RECORDS, job_id))
 end

@@ -1,0 +1,261 @@
+"""Bulk enqueue: a group, a chord's header, ``chunks`` and ``FairTask.apply_many`` store their
+fair jobs in pipelined batches, one round trip per shard per ``fairqueue_enqueue_batch`` jobs,
+each job still its own atomic script call.
+
+Celery sends every task of a group through ``app.amqp.send_task_message`` inside one
+``app.producer_or_acquire()`` block, each task's own ``send_task`` opening a block within it
+given the group's producer (canvas.py ``group._apply_tasks``; the ``celery.group`` task and a
+user's ``with app.producer_or_acquire() as p:`` loop alike). ``install`` wraps
+``producer_or_acquire``: a block that acquires a producer opens a :class:`Batch`; a fair
+message sent from a block given that producer joins the batch, which is stored as the block
+that opened it ends (even by an exception, as plain Celery's group has sent the tasks
+before it), or earlier when full or slow to fill (``FLUSH_SECONDS``). A lone
+``.delay()`` acquires its own producer (so does one sent from a signal handler during
+another's publish): its job is stored at once, as it always was.
+
+Each job's outcome is reported on its own (:class:`EnqueueOutcome`); when any job was not
+stored the block raises the error one ``.delay()`` of that job would have raised, whose
+``outcomes`` say which jobs were stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import Celery, Signature
+
+from .errors import DeadLetterNotFound, FairqueueError, ReplayLostError, StoreUnavailableError
+from .protocol import task_id_of
+from .settings import settings_for
+from .store import EnqueueResult, store_for
+
+
+@dataclass(frozen=True)
+class EnqueueOutcome:
+    """One job of a bulk enqueue: ``stored`` (it is in the store now), a duplicate (the job
+    ``duplicate_of``, a task id, holds its business key: nothing new was stored), or not stored
+    for ``error``, the error one ``.delay()`` of it would raise (a full backlog, the producer's
+    deadline, an unreachable store)."""
+
+    task_id: str
+    stored: bool
+    duplicate_of: str | None = None
+    error: FairqueueError | None = None
+
+    @property
+    def state(self) -> str:
+        """``"stored"``, ``"duplicate"`` or ``"not stored"``."""
+        if self.stored:
+            return "stored"
+        return "duplicate" if self.duplicate_of else "not stored"
+
+
+@dataclass
+class PendingJob:
+    """A fair job waiting in a batch: the store's enqueue keywords, and what its publish does
+    once it is stored (Celery's signals and event, the result subscription)."""
+
+    job: dict[str, Any]
+    announce: Callable[[EnqueueResult], None]
+    result: Any = None  # the AsyncResult its apply_async returned (see follow)
+    outcome: EnqueueOutcome | None = None  # once stored
+
+
+#: A batch is stored once it holds ``fairqueue_enqueue_batch`` jobs, or its first job has
+#: waited this long, or a job comes this long after the one before it; and a group's first
+#: job is stored alone, at once. So a group fed by a slow generator (a chord header, Celery's
+#: #3021, whose group reads two tasks ahead) runs its first jobs while the generator still
+#: makes the others, as plain Celery's does.
+FLUSH_SECONDS = 0.1
+
+
+@dataclass
+class Batch:
+    """The fair jobs sent inside one ``producer_or_acquire`` block, stored in batches."""
+
+    app: Celery
+    depth: int = 1  # the blocks open: a send from a block inside the first joins the batch
+    jobs: list[PendingJob] = field(default_factory=list)
+    outcomes: list[EnqueueOutcome] = field(default_factory=list)  # of the jobs stored so far
+    last: PendingJob | None = None  # the job added last (see follow)
+    since: float = 0.0  # when the first job waiting was added (monotonic)
+    last_at: float = field(default_factory=time.monotonic)  # the last job's, or the start
+    first_at_once: bool = True  # a group's first job is stored alone (not apply_many's)
+
+    def add(self, pending: PendingJob) -> None:
+        """Add a job; store the batch when it is full, or slow to fill (``FLUSH_SECONDS``),
+        raising as :meth:`store` does."""
+        now = time.monotonic()
+        slow, self.last_at = now - self.last_at >= FLUSH_SECONDS, now
+        self.jobs.append(pending)
+        self.last = pending
+        if len(self.jobs) == 1:
+            self.since = now
+        first = self.first_at_once and not self.outcomes and len(self.jobs) == 1
+        if first or slow or now - self.since >= FLUSH_SECONDS or \
+                len(self.jobs) >= settings_for(self.app).enqueue_batch:
+            self.store()
+
+    def store(self) -> list[EnqueueOutcome]:
+        """Store the jobs waiting (the store's enqueue_many), each announced as stored;
+        raise the first failure's error, carrying the outcome of every job stored or tried so
+        far (those not tried are not stored), when any job was not stored. Returns every
+        job's outcome so far."""
+        jobs, self.jobs = self.jobs, []
+        if not jobs:
+            return self.outcomes
+        replies = store_for(self.app).enqueue_many([pending.job for pending in jobs])
+        outcomes = [_announced(pending, reply) for pending, reply in zip(jobs, replies,
+                                                                         strict=True)]
+        self.outcomes += outcomes
+        failed = [outcome for outcome in outcomes if outcome.error is not None]
+        if failed:
+            raise _bulk_error(self.outcomes, failed)
+        return self.outcomes
+
+
+logger = logging.getLogger(__name__)
+
+_batch: ContextVar[Batch | None] = ContextVar("fairqueue_batch", default=None)
+
+
+def joining() -> Batch | None:
+    """The batch a fair message sent now joins, or None: store it at once."""
+    batch = _batch.get()
+    return batch if batch is not None and batch.depth > 1 else None
+
+
+def follow(result: Any) -> None:
+    """``apply_async`` returned ``result`` for the job just batched: a duplicate's result is
+    pointed at the job holding its key once it is stored, as one ``.delay()``'s is."""
+    batch = _batch.get()
+    pending = batch.last if batch is not None else None
+    if pending is None or task_id_of(pending.job["job_id"]) != getattr(result, "id", None):
+        return
+    if pending.outcome is None:
+        pending.result = result
+    elif pending.outcome.duplicate_of:
+        result.id = pending.outcome.duplicate_of
+
+
+def current() -> Batch | None:
+    """The batch of the innermost open block (``FairTask.apply_many`` reads its outcomes)."""
+    return _batch.get()
+
+
+class _Block:
+    """``app.producer_or_acquire``'s block: one that acquires a producer opens a batch of its
+    own (a ``send_task`` of its own, even one sent from a signal handler inside another's);
+    one given the producer of an open block enters that block's batch."""
+
+    __slots__ = ("app", "batch", "given", "inner", "token")
+
+    def __init__(self, app: Celery, inner: Any, given: bool) -> None:
+        self.app = app
+        self.inner = inner
+        self.given = given
+        self.batch: Batch | None = None
+        self.token: Token[Batch | None] | None = None
+
+    def __enter__(self) -> Any:
+        producer = self.inner.__enter__()
+        self.batch = _batch.get()
+        if self.batch is None or not self.given:
+            self.batch = Batch(self.app)
+            self.token = _batch.set(self.batch)
+        else:
+            self.batch.depth += 1
+        return producer
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> Any:
+        try:
+            assert self.batch is not None
+            if self.token is None:
+                self.batch.depth -= 1
+            else:
+                _batch.reset(self.token)
+                if kind is None:
+                    self.batch.store()
+                else:  # the jobs sent before the exception are stored, as plain Celery's are
+                    _store_quietly(self.batch, value)
+        finally:
+            self.inner.__exit__(kind, value, traceback)
+
+
+def _store_quietly(batch: Batch, raised: BaseException) -> None:
+    """Store the jobs sent before ``raised`` ended their block; the caller gets ``raised``, so
+    a job of them that could not be stored is logged."""
+    try:
+        batch.store()
+    except FairqueueError as exc:
+        logger.warning("fairqueue: %s ended a block of fair sends; of the jobs sent before it, "
+                       "%s", raised.__class__.__name__, exc)
+
+
+def signature_of(task: Any, call: Any) -> Signature:
+    """A call of ``FairTask.apply_many`` (an args tuple or list, a kwargs dict, or a
+    signature of ``task``) as a signature of ``task``."""
+    if isinstance(call, Signature):
+        if call.task != task.name:
+            raise TypeError(f"task {task.name}: apply_many got a signature of {call.task}")
+        return call
+    if isinstance(call, dict):
+        return task.signature((), call)
+    if isinstance(call, (tuple, list)):
+        return task.signature(tuple(call))
+    raise TypeError(f"task {task.name}: apply_many takes args tuples, kwargs dicts or "
+                    f"signatures, not {type(call).__name__}")
+
+
+def install_bulk(app: Celery) -> None:
+    """Wrap ``app.producer_or_acquire`` so that the fair jobs sent inside one block are
+    stored as one batch (see the module's docstring)."""
+    if getattr(app.__dict__.get("producer_or_acquire"), "fairqueue", False):
+        return
+    acquire = app.producer_or_acquire
+
+    def producer_or_acquire(producer: Any = None) -> _Block:
+        return _Block(app, acquire(producer), producer is not None)
+
+    producer_or_acquire.fairqueue = True  # type: ignore[attr-defined]
+    app.producer_or_acquire = producer_or_acquire
+
+
+def _announced(pending: PendingJob, reply: Any) -> EnqueueOutcome:
+    """One job's outcome; a stored one (or a duplicate) announced as its publish would."""
+    asked = task_id_of(pending.job["job_id"])
+    if isinstance(reply, EnqueueResult):
+        pending.announce(reply)
+        if reply.task_id == asked:
+            pending.outcome = EnqueueOutcome(asked, stored=True)
+            return pending.outcome
+        if pending.result is not None:
+            pending.result.id = reply.task_id
+        pending.outcome = EnqueueOutcome(asked, stored=False, duplicate_of=reply.task_id)
+        return pending.outcome
+    if isinstance(reply, DeadLetterNotFound):  # a KeyError: see publish.py
+        reply = ReplayLostError(str(reply))
+    if not isinstance(reply, FairqueueError):  # the account moved again in a reshard
+        reply = StoreUnavailableError(f"not stored: {reply}")
+    return EnqueueOutcome(asked, stored=False, error=reply)
+
+
+def _bulk_error(outcomes: list[EnqueueOutcome], failed: list[EnqueueOutcome]) -> FairqueueError:
+    """The first failed job's error, as its class, saying how many jobs were stored; its
+    ``outcomes`` are every job's."""
+    first = failed[0]
+    assert first.error is not None
+    stored = sum(outcome.stored for outcome in outcomes)
+    duplicates = sum(outcome.duplicate_of is not None for outcome in outcomes)
+    error = type(first.error)(
+        f"{len(failed)} of {len(outcomes)} jobs were not stored ({stored} stored, "
+        f"{duplicates} duplicates of stored jobs; each job's outcome is in .outcomes): the "
+        f"first, task {first.task_id}: {first.error}")
+    error.outcomes = outcomes
+    error.__cause__ = first.error
+    return error
