@@ -18,17 +18,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 from bench._common import ROOT, percentile, redis_server, workers
-from bench.recording import DB_PORT_ENV, configure_django, setup_django
-from tests.harness import PostgresServer, find_postgres_bindir
+from bench.recording import DB_PORT_ENV, bench_database, configure_django
+from tests.harness import PostgresServer
 
 
 def fill(rows: int) -> None:
@@ -154,18 +151,8 @@ def main() -> None:
     if options.child:
         pruner_child()
         return
-    bindir = find_postgres_bindir()
-    if bindir is None:
-        raise SystemExit("PostgreSQL server binaries not found; run `make services`")
-    folder = Path(tempfile.mkdtemp(prefix="fq-bench-pg-"))
-    postgres = PostgresServer(bindir, folder).start()
-    try:
-        setup_django(postgres, "fqbench")
-        with redis_server() as server:
-            run(server, postgres, options)
-    finally:
-        postgres.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+    with bench_database() as postgres, redis_server() as server:
+        run(server, postgres, options)
 
 
 if __name__ == "__main__":

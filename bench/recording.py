@@ -24,6 +24,7 @@ PostgreSQL (every process of its cluster, from /proc) while they record.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import shutil
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import django
@@ -67,6 +69,23 @@ def setup_django(postgres: PostgresServer, name: str) -> None:
     postgres.create_database(name)
     configure_django(postgres.port, name)
     call_command("migrate", verbosity=0)
+
+
+@contextlib.contextmanager
+def bench_database(name: str = "fqbench") -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL cluster with Django set up on a new, migrated database ``name``;
+    stopped and removed at the end."""
+    bindir = find_postgres_bindir()
+    if bindir is None:
+        raise SystemExit("PostgreSQL server binaries not found; run `make services`")
+    folder = Path(tempfile.mkdtemp(prefix="fq-bench-pg-"))
+    postgres = PostgresServer(bindir, folder).start()
+    try:
+        setup_django(postgres, name)
+        yield postgres
+    finally:
+        postgres.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def phase(server, jobs: int, accounts: int, record: bool) -> tuple[float, float | None]:
@@ -256,28 +275,18 @@ def main() -> None:
         if getattr(options, name) is None:
             setattr(options, name, value)
     os.environ[SHARDS_ENV] = str(options.shards)  # read by bench.app, here and in children
-    bindir = find_postgres_bindir()
-    if bindir is None:
-        raise SystemExit("PostgreSQL server binaries not found; run `make services`")
-    folder = Path(tempfile.mkdtemp(prefix="fq-bench-pg-"))
-    postgres = PostgresServer(bindir, folder).start()
-    try:
-        setup_django(postgres, "fqbench")
-        with redis_server() as server:
-            if options.backlog:
-                backlog(server, postgres, options)
-                return
-            off, on, lags = [], [], []
-            for n in range(options.rounds):
-                # a pair per round, in alternating order: drift and a busy neighbour hit both
-                for record in (False, True) if n % 2 == 0 else (True, False):
-                    rate, lag = phase(server, options.jobs, options.accounts, record)
-                    (on if record else off).append(rate)
-                    if lag is not None:
-                        lags.append(lag)
-    finally:
-        postgres.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+    with bench_database() as postgres, redis_server() as server:
+        if options.backlog:
+            backlog(server, postgres, options)
+            return
+        off, on, lags = [], [], []
+        for n in range(options.rounds):
+            # a pair per round, in alternating order: drift and a busy neighbour hit both
+            for record in (False, True) if n % 2 == 0 else (True, False):
+                rate, lag = phase(server, options.jobs, options.accounts, record)
+                (on if record else off).append(rate)
+                if lag is not None:
+                    lags.append(lag)
     ratios = sorted(rate_on / rate_off for rate_off, rate_on in zip(off, on, strict=True))
     median = ratios[len(ratios) // 2]
     print(f"\nrecording cost, {options.jobs} no-op fair jobs over {options.accounts} accounts, "
