@@ -119,8 +119,9 @@ class StoreDoor:
         """Ask again at the next call whether a recorder listens."""
         self._recording_checked = float("-inf")
 
-    def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any]) -> Any:
-        with operation(name):
+    def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any], *,
+             within: bool = False) -> Any:
+        with operation(name, within=within):
             return self._scripts[name](keys=self._keys_for(name, queues),
                                        args=self._args_for(name, args))
 

@@ -84,4 +84,4 @@ class Fleet(StoreDoor):
         moves it), read by process ``process_id`` (``name``: what a reshard that waits for it
         calls it), who reads it again within ``seconds`` (read_layout.lua)."""
         return str(self._run("read_layout", [], [process_id, name, self.settings.shards,
-                                                  seconds]))
+                                                  seconds], within=True))
