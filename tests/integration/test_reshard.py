@@ -321,3 +321,40 @@ def test_a_bulk_enqueue_while_a_move_runs_freezes_or_sends_on_each_account_as_on
     Resharder(settings(redis_server.url, 4), 16, settle=0).run()
     assert placed(redis_client, 16) == {"held:0": new, **{f"w{n}:0": new for n in range(3)},
                                         **{f"f{n}:0": fresh_new for n in range(3)}}
+
+
+def test_the_reshard_moves_nothing_while_a_process_has_not_read_the_move_and_names_it(
+        redis_server, redis_client):
+    late = open_store(FairqueueSettings(redis_url=redis_server.url, shards_check_interval=3600))
+    late.reading.role = "worker celery@late"
+    late.enqueue(queue="celery", account="acme", job_id="a:0", envelope="{}")
+    gone = open_store(FairqueueSettings(redis_url=redis_server.url, shards_check_interval=0.2))
+    gone.enqueue(queue="celery", account="acme", job_id="b:0", envelope="{}")  # then stops
+    with pytest.raises(ReshardError, match=(
+            r"^1 worker\(s\) or producer\(s\) did not read the move within 1 s, so no account "
+            r"moved: worker celery@late on \S+ \(pid \d+\) \(read '1'; reads again within "
+            r"3\d\d\d s\)")):
+        Resharder(settings(redis_server.url, 1), 4, settle=0, timeout=1).run()
+    assert redis_client.get("{fairqueue}:shards") == "1>4"
+    assert redis_client.hlen("{fairqueue}:records") == 2 and not redis_client.keys("*moved")
+    late.reading.read_now()
+    late.check_shards()  # it reads the move: the reshard goes on, not waiting for the other
+    started = time.monotonic()
+    assert Resharder(settings(redis_server.url, 1), 4, settle=0, timeout=1).run().new == 4
+    assert time.monotonic() - started < 1
+    assert placed(redis_client, 4).keys() == {"a:0", "b:0"}
+
+
+def test_a_store_of_one_shard_that_a_move_makes_sharded_counts_its_runnable_weight(
+        redis_server, redis_client):
+    store = open_store(settings(redis_server.url, 1))
+    for account in ("a", "b", "c"):
+        for n in range(2):
+            store.enqueue(queue="celery", account=account, job_id=f"{account}{n}:0",
+                          envelope="{}")
+    assert redis_client.get("{fairqueue}:queue:celery:weight") is None  # none kept at S = 1
+    redis_client.set("{fairqueue}:shards", "1>2")
+    store.reading.read_now()
+    claim = store.claim(["celery"], 1, "w", AccountLimit().pack(0))
+    assert store.sharded and len(claim.leases) == 1
+    assert redis_client.get("{fairqueue}:queue:celery:weight") == "3"

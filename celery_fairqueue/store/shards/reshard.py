@@ -133,16 +133,26 @@ class Resharder:
 
     def _copy_store_wide(self, shards: list[FairStore], old: int) -> None:
         """What every shard keeps a copy of, to the new shards: the store's default limit (for
-        their claims) and the queues' operator pauses."""
+        their claims) and the queues' operator pauses; and the home's event stream and its
+        consumer groups, so that a recorder misses no event of a job on a new shard (the
+        scripts record only into a stream that exists)."""
         home = shards[0].keys
         default = self.client.hget(home.limits, DEFAULT_LIMIT_FIELD)
         pauses = {name: raw for name, raw in self._hash(home.pauses).items()
                   if name.startswith("q:")}
+        groups = [text(group["name"]) for group in self.client.xinfo_groups(home.events)
+                  ] if self.client.exists(home.events) else []
         for shard in shards[old:]:
             if default is not None:
                 self.client.hset(shard.keys.limits, DEFAULT_LIMIT_FIELD, default)
             if pauses:
                 self.client.hset(shard.keys.pauses, mapping=pauses)  # type: ignore[arg-type]
+            for group in groups:
+                try:
+                    self.client.xgroup_create(shard.keys.events, group, id="0", mkstream=True)
+                except FairqueueError as exc:
+                    if "BUSYGROUP" not in str(exc):  # made by the run this one finishes: fine
+                        raise
 
     def _finish(self, old: int) -> None:
         """Every account moved: the store has N shards. The old shards keep forwarding the
