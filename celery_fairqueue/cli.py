@@ -271,16 +271,22 @@ def limits(ctx: click.Context, set_default: bool, account: str | None, clear: bo
               help_group="Reshard Options", help="The number of shards to move the store to.")
 @click.option("--settle", cls=CeleryOption, type=click.FloatRange(0), default=None,
               help_group="Reshard Options",
-              help="Seconds to wait after announcing the move before moving any account "
-                   "(default: fairqueue_shards_check_interval and 5 s): every worker and "
-                   "producer must have seen the move by then.")
+              help="Seconds waited once every worker and producer has read the move, before "
+                   "any account moves, for their calls under way (default: 5).")
+@click.option("--timeout", cls=CeleryOption, type=click.FloatRange(0), default=None,
+              help_group="Reshard Options",
+              help="Most seconds to wait for every worker and producer to read the move "
+                   "(default: twice fairqueue_shards_check_interval and 5 s); past it the "
+                   "reshard names those that did not and moves nothing.")
 @click.pass_context
-def reshard(ctx: click.Context, to: int, settle: float | None, **kwargs: Any) -> None:
-    """Move the store to --to shards (more than it has), while workers and producers run.
-    Safe to interrupt: run it again to finish the move; once finished, set fairqueue_shards
-    to the new number everywhere (docs/deployment.md, "Resharding")."""
+def reshard(ctx: click.Context, to: int, settle: float | None, timeout: float | None,
+            **kwargs: Any) -> None:
+    """Move the store to --to shards (more than it has), while workers and producers run: they
+    follow the move, nothing restarts. Safe to interrupt: run it again to finish the move
+    (docs/deployment.md, "Resharding")."""
     try:
-        report = Resharder(settings_for(_app(ctx)), to, settle=settle, say=ctx.obj.echo).run()
+        report = Resharder(settings_for(_app(ctx)), to, settle=settle, timeout=timeout,
+                           say=ctx.obj.echo).run()
     except ReshardError as exc:
         raise CeleryCommandException(message=str(exc), exit_code=EX_FAILURE) from None
     for line in describe(report):

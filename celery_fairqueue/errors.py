@@ -75,11 +75,6 @@ class StoreLayoutError(FairqueueError):
     have drained them (docs/deployment.md, "Upgrading the store layout")."""
 
 
-class ShardCountError(StoreLayoutError, EnqueueError):
-    """The fair store is laid out in another number of shards than ``fairqueue_shards`` says:
-    a worker refuses to start, a producer to enqueue (change it with a reshard)."""
-
-
 class AccountMovingError(FairqueueError):
     """A reshard is moving the account to another shard: a pause, resume or limit change for
     it is refused until its move ends (a matter of seconds per chunk of accounts)."""

@@ -63,11 +63,13 @@ class FairqueueSettings:
     shards: int = _setting(
         1, "Shards of the store: each account lives on one (a stable hash of its id), each "
         "shard under its own hash tag, so a Redis Cluster spreads them over its primaries. "
-        "1: one hash tag, one Redis core. Every worker and producer must agree with the "
-        "store's; change it with `celery -A proj fairqueue reshard --to N`.")
+        "1: one hash tag, one Redis core. Sets the number of a new store only: every worker "
+        "and producer follows the store's, which `celery -A proj fairqueue reshard --to N` "
+        "changes with no restart.")
     shards_check_interval: float = _setting(
-        60.0, "How often a worker or producer re-reads the store's number of shards (a reshard "
-        "waits this long after announcing a move before it moves any account).")
+        60.0, "How often a worker or producer re-reads the store's number of shards, and "
+        "follows a reshard (one that has not read a move yet is waited for before any account "
+        "moves).")
     lease_seconds: float = _setting(
         60.0, "How long a claimed job stays leased without a heartbeat before it is reaped.")
     heartbeat_interval: float = _setting(

@@ -44,6 +44,7 @@ class FairDispatcher:
         self.app = consumer.app
         self.settings = settings_for(self.app)
         self.store = open_store(self.settings, fail_fast=True)
+        self.store.reading.role = f"worker {consumer.hostname}"  # to a reshard that waits
         self.token = f"{consumer.hostname}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
         self.held: dict[str, Lease] = {}
         self._acks: deque[Lease] = deque()  # settled by the next claim (pool threads append)
@@ -357,8 +358,10 @@ class FairDispatcher:
     # -- maintenance thread --------------------------------------------------------------------
 
     def _check_instance(self, current: str) -> None:
-        """Report loudly when Redis lost the fair store (restarted without persistence)."""
-        if self._instance is not None and current != self._instance:
+        """Report loudly when Redis lost the fair store (restarted without persistence): a
+        shard's instance id changed (the shards a reshard adds come after the others)."""
+        shards = zip((self._instance or current).split(","), current.split(","), strict=False)
+        if any(was != now for was, now in shards):
             logger.error(
                 "fairqueue: the fair store at %s lost its data (instance %s is now %s): jobs "
                 "enqueued or running before were lost with it; run Redis with appendonly yes",

@@ -16,7 +16,8 @@ WAIT_SECONDS = 1.0
 
 class Wakeups:
     """Calls ``wake`` (the dispatcher's: thread-safe, coalescing) when a queue gains work, and
-    once after each (re)subscription, for what was signalled while it was away."""
+    once after each (re)subscription, for what was signalled while it was away. It subscribes
+    again to every shard's channels when a reshard gave the store more."""
 
     def __init__(self, store: FairStore, queues: Sequence[str], wake: Callable[[], None]) -> None:
         self.store = store
@@ -40,7 +41,9 @@ class Wakeups:
                 subscription = WakeSubscription(self.store, self.queues)
                 outage.answered()
                 self.wake()
-                while not self._stopping.is_set():
+                # again when the store has more shards than subscribed to (a reshard)
+                while not self._stopping.is_set() and subscription.shards == len(
+                        self.store.shards):
                     if subscription.wait(WAIT_SECONDS):
                         self.wake()
             except FairqueueError as exc:

@@ -14,7 +14,11 @@ from django.urls import reverse
 from celery_fairqueue.contrib.django.admin.common import account_url
 from celery_fairqueue.contrib.django.models import Job
 from celery_fairqueue.limits import AccountLimit
+from celery_fairqueue.settings import settings_for
 from celery_fairqueue.store import store_for
+from celery_fairqueue.store.shards.placement import account_shard
+from celery_fairqueue.store.shards.reshard import Resharder
+from tests.harness import wait_until
 from tests.harness.store_tools import claim_jobs
 
 QUEUE = "celery"
@@ -109,3 +113,31 @@ def test_the_overview_and_the_management_command_add_up_the_shards(sharded):
     assert response.status_code == 200
     [queue] = response.context["queues"]
     assert queue["status"].ready == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_recorder_follows_a_reshard_and_records_the_jobs_of_the_new_shards(
+        database, sharded, make_recorder):
+    sharded.app.conf.fairqueue_shards_check_interval = 0.2
+    for cached in ("_fairqueue_settings", "_fairqueue_store"):
+        sharded.app.__dict__.pop(cached, None)
+    try:
+        sharded.fresh()
+        recorder = make_recorder(sharded.app, lock_seconds=0.6)
+        assert drain(recorder) == 0 and len(recorder.reader.streams) == 4
+        Resharder(settings_for(sharded.app), 8, settle=0, timeout=5).run()
+        accounts = [f"acct-{n}" for n in range(40) if account_shard(f"acct-{n}", 8) >= 4][:3]
+        for account in accounts:
+            sharded.job.delay(account, 1)
+
+        def recorded() -> bool:
+            drain(recorder)
+            return Job.objects.filter(account__in=accounts).count() == 3
+
+        assert wait_until(recorded, timeout=5)
+        assert len(recorder.reader.streams) == 8
+        assert set(Job.objects.values_list("status", flat=True)) == {Status.READY}
+    finally:
+        sharded.app.conf.fairqueue_shards_check_interval = 60.0
+        for cached in ("_fairqueue_settings", "_fairqueue_store"):
+            sharded.app.__dict__.pop(cached, None)

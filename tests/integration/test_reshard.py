@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from celery_fairqueue.errors import ShardCountError
+from celery_fairqueue.errors import EnqueueError
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.settings import FairqueueSettings
 from celery_fairqueue.store import open_store
@@ -55,13 +55,13 @@ def placed(redis_client, shards: int) -> dict[str, int]:
 
 
 class Producer(threading.Thread):
-    """``work.delay(account, n)`` steadily until told to stop or refused (ShardCountError)."""
+    """``work.delay(account, n)`` steadily until told to stop; an enqueue refused is kept."""
 
     def __init__(self, task, accounts: int, first: int) -> None:
         super().__init__(daemon=True)
         self.task, self.accounts, self.n = task, accounts, first
         self.sent: list[str] = []
-        self.refused: ShardCountError | None = None
+        self.refused: list[EnqueueError] = []
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -69,25 +69,44 @@ class Producer(threading.Thread):
             account = f"acct{self.n % self.accounts}"
             try:
                 self.task.delay(account, self.n)
-            except ShardCountError as exc:
-                self.refused = exc
-                return
-            self.sent.append(f"{account}:{self.n}")
+            except EnqueueError as exc:
+                self.refused.append(exc)
+            else:
+                self.sent.append(f"{account}:{self.n}")
             self.n += 1
             time.sleep(0.005)
+
+    def stop(self) -> list[str]:
+        self.stopping.set()
+        self.join(timeout=30)
+        return self.sent
+
+
+def layouts_read(redis_client) -> dict[str, str]:
+    """Each live process's name -> the layout it read last (read_layout.lua)."""
+    return {seen.partition(" ")[2].partition(" ")[2]: seen.partition(" ")[0]
+            for seen in redis_client.hvals("{fairqueue}:layoutseen")}
+
+
+def producing_app(shards: int):
+    """The reshard tests' app in this process, as a producer configured with ``shards``."""
+    mod = importlib.import_module(APP)
+    mod.app.conf.fairqueue_shards = shards
+    for cached in ("_fairqueue_settings", "_fairqueue_store"):
+        mod.app.__dict__.pop(cached, None)
+    return mod
 
 
 @pytest.mark.slow
 def test_a_reshard_under_load_killed_midway_is_finished_by_a_rerun(
         redis_server, redis_client, celery_worker_factory, ledger):
-    mod = importlib.import_module(APP)
-    mod.app._fairqueue_store = None
+    mod = producing_app(4)
     accounts, preload = 120, 1200
     for n in range(preload):
         mod.work.delay(f"acct{n % accounts}", n)
     expected = [f"acct{n % accounts}:{n}" for n in range(preload)]
-    old_workers = [celery_worker_factory(APP, concurrency=2, env={"FQ_SHARDS": "4"})
-                   for _ in range(2)]
+    for _ in range(2):
+        celery_worker_factory(APP, concurrency=2, env={"FQ_SHARDS": "4"})
     producer = Producer(mod.work, accounts, preload)
     producer.start()
     assert wait_until(lambda: len(ledger) > 100, timeout=20)
@@ -104,19 +123,49 @@ def test_a_reshard_under_load_killed_midway_is_finished_by_a_rerun(
     again = reshard(redis_server.url, 16)
     assert again.returncode == 0 and "nothing to move" in again.stdout, again.stderr
 
-    # a producer and workers of the old number refuse now, within their check interval
-    assert wait_until(lambda: producer.refused is not None, timeout=10)
-    assert "laid out in 16 shard(s)" in str(producer.refused)
-    assert wait_until(lambda: all("laid out in 16 shard(s)" in w.log_tail(100_000)
-                                  for w in old_workers), timeout=10)
-    celery_worker_factory(APP, concurrency=4, env={"FQ_SHARDS": "16"})
-    expected += producer.sent
+    # the producer and the workers, all saying 4 shards, follow the store's 16: no restart
+    time.sleep(1.0)  # two of their check intervals
+    expected += producer.stop()
+    assert producer.refused == []
     counts = ledger.wait_for(len(expected), timeout=90)
     assert ledger.missing(expected) == set()
     assert {key: n for key, n in counts.items() if n > 1} == {}
     assert redis_client.lrange("half_moved", 0, -1) == []
-    # all ran; the acks of the old workers' last jobs ride on their next (refused) claim
     assert wait_until(lambda: placed(redis_client, 16) == {}, timeout=20)
+
+
+@pytest.mark.slow
+def test_a_store_of_one_shard_moved_to_8_then_16_under_load_with_no_restart(
+        redis_server, redis_client, celery_worker_factory, ledger):
+    """The first reshard every growing store meets: producers and workers configured with one
+    shard, nothing restarted, each move SIGKILLed halfway and run again."""
+    mod = producing_app(1)
+    accounts = 120
+    workers = [celery_worker_factory(APP, concurrency=2, env={"FQ_SHARDS": "1"})
+               for _ in range(2)]
+    producers = [Producer(mod.work, accounts, first) for first in (0, 10_000_000)]
+    for producer in producers:
+        producer.start()
+    assert wait_until(lambda: len(ledger) > 100, timeout=20)
+    for to, kill in ((8, "40:in"), (16, "30:out")):
+        killed = reshard(redis_server.url, to, kill=kill)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        finished = reshard(redis_server.url, to)
+        assert finished.returncode == 0, finished.stderr
+        assert redis_client.get("{fairqueue}:shards") == str(to)
+        # within one check interval (0.5 s) every process has read the store's new number
+        assert wait_until(lambda to=to: set(layouts_read(redis_client).values()) == {str(to)},
+                          timeout=1.5), layouts_read(redis_client)
+    names = layouts_read(redis_client)
+    assert sum(name.startswith("worker ") for name in names) == 2, names
+    expected = [sent for producer in producers for sent in producer.stop()]
+    assert [producer.refused for producer in producers] == [[], []]
+    counts = ledger.wait_for(len(expected), timeout=120)
+    assert ledger.missing(expected) == set()
+    assert {key: n for key, n in counts.items() if n > 1} == {}
+    assert redis_client.lrange("half_moved", 0, -1) == []
+    assert wait_until(lambda: placed(redis_client, 16) == {}, timeout=20)
+    assert all(worker.is_alive() for worker in workers)
 
 
 @pytest.mark.slow
@@ -175,13 +224,14 @@ def test_while_a_move_runs_both_numbers_are_accepted_and_moved_accounts_are_forw
         old.enqueue(queue="celery", account=account, job_id=f"after{n}:0", envelope="{}")
     new = open_store(settings(redis_server.url, 16))
     new.check_shards()
-    with pytest.raises(ShardCountError, match="being moved from 4 to 16"):
-        open_store(settings(redis_server.url, 1)).check_shards()
+    one = open_store(settings(redis_server.url, 1))
+    one.check_shards()  # a process of one shard follows the move too
+    assert (one.shard_move, len(one.shards), one.sharded) == ((4, 16), 16, True)
     redis_client.set("{fairqueue}:shards", "16")
     time.sleep(0.1)
-    with pytest.raises(ShardCountError, match="laid out in 16 shard"):
-        old.enqueue(queue="celery", account="acme", job_id="refused:0", envelope="{}")
-    assert len(placed(redis_client, 16)) == 2 * len(moving)
+    old.enqueue(queue="celery", account="acme", job_id="after:0", envelope="{}")
+    assert (old.shard_move, len(old.shards)) == (None, 16)
+    assert len(placed(redis_client, 16)) == 2 * len(moving) + 1
 
 
 def test_a_marker_names_its_account_for_a_reshard(redis_server, redis_client):
@@ -271,3 +321,40 @@ def test_a_bulk_enqueue_while_a_move_runs_freezes_or_sends_on_each_account_as_on
     Resharder(settings(redis_server.url, 4), 16, settle=0).run()
     assert placed(redis_client, 16) == {"held:0": new, **{f"w{n}:0": new for n in range(3)},
                                         **{f"f{n}:0": fresh_new for n in range(3)}}
+
+
+def test_the_reshard_moves_nothing_while_a_process_has_not_read_the_move_and_names_it(
+        redis_server, redis_client):
+    late = open_store(FairqueueSettings(redis_url=redis_server.url, shards_check_interval=3600))
+    late.reading.role = "worker celery@late"
+    late.enqueue(queue="celery", account="acme", job_id="a:0", envelope="{}")
+    gone = open_store(FairqueueSettings(redis_url=redis_server.url, shards_check_interval=0.2))
+    gone.enqueue(queue="celery", account="acme", job_id="b:0", envelope="{}")  # then stops
+    with pytest.raises(ReshardError, match=(
+            r"^1 worker\(s\) or producer\(s\) did not read the move within 1 s, so no account "
+            r"moved: worker celery@late on \S+ \(pid \d+\) \(read '1'; reads again within "
+            r"3\d\d\d s\)")):
+        Resharder(settings(redis_server.url, 1), 4, settle=0, timeout=1).run()
+    assert redis_client.get("{fairqueue}:shards") == "1>4"
+    assert redis_client.hlen("{fairqueue}:records") == 2 and not redis_client.keys("*moved")
+    late.reading.read_now()
+    late.check_shards()  # it reads the move: the reshard goes on, not waiting for the other
+    started = time.monotonic()
+    assert Resharder(settings(redis_server.url, 1), 4, settle=0, timeout=1).run().new == 4
+    assert time.monotonic() - started < 1
+    assert placed(redis_client, 4).keys() == {"a:0", "b:0"}
+
+
+def test_a_store_of_one_shard_that_a_move_makes_sharded_counts_its_runnable_weight(
+        redis_server, redis_client):
+    store = open_store(settings(redis_server.url, 1))
+    for account in ("a", "b", "c"):
+        for n in range(2):
+            store.enqueue(queue="celery", account=account, job_id=f"{account}{n}:0",
+                          envelope="{}")
+    assert redis_client.get("{fairqueue}:queue:celery:weight") is None  # none kept at S = 1
+    redis_client.set("{fairqueue}:shards", "1>2")
+    store.reading.read_now()
+    claim = store.claim(["celery"], 1, "w", AccountLimit().pack(0))
+    assert store.sharded and len(claim.leases) == 1
+    assert redis_client.get("{fairqueue}:queue:celery:weight") == "3"

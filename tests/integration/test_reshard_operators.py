@@ -77,9 +77,13 @@ def test_an_operators_change_of_a_moved_account_goes_to_its_new_shard(redis_serv
     says where it went, and the change is made there, where the account's claims read it."""
     account = next(f"acct-{n}" for n in range(1000)
                    if account_shard(f"acct-{n}", 16) != account_shard(f"acct-{n}", 4))
-    settings = FairqueueSettings(redis_url=redis_server.url, shards=4)
+    settings = FairqueueSettings(redis_url=redis_server.url, shards=4,
+                                 shards_check_interval=3600)
     stale = open_store(settings)
     put(stale, account, 1)
+    redis_client.set("{fairqueue}:shards", "4>16")  # the move announced, and read by stale:
+    stale.reading.read_now()  # it goes on routing by 4 for an hour after the move ends
+    stale.check_shards()
     Resharder(settings, 16, settle=0).run()
     new = open_store(FairqueueSettings(redis_url=redis_server.url, shards=16))
     target = new.shards[account_shard(account, 16)]

@@ -1,12 +1,14 @@
 """A store of several shards on one real redis-server: each account on its own shard, claims
-across them by runnable weight, lookups by task id on any shard, the store's S enforced."""
+across them by runnable weight, lookups by task id on any shard, the store's S followed."""
+
+import logging
 
 import pytest
 
-from celery_fairqueue.errors import ShardCountError
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.protocol import delivery_id
-from celery_fairqueue.store import FairStore, WorkerRegistration
+from celery_fairqueue.settings import FairqueueSettings
+from celery_fairqueue.store import FairStore, WorkerRegistration, open_store
 from celery_fairqueue.store.shards.placement import account_shard
 
 from .conftest import put
@@ -91,17 +93,40 @@ def test_a_rate_limited_account_leaves_its_shards_runnable_weight(sharded):
     assert claim.next_due is not None and claim.next_due > 60
 
 
-def test_a_store_refuses_a_process_with_another_number_of_shards(sharded, make_store):
+def test_a_process_follows_the_stores_number_of_shards_whatever_it_says(sharded, redis_url,
+                                                                         caplog):
     put(sharded, accounts_on(0, 1)[0], 1)
     for other in (1, 8):
-        with pytest.raises(ShardCountError, match=r"laid out in 4 shard.*reshard --to"):
-            put(make_store(shards=other), "acme", 2)
+        store = open_store(FairqueueSettings(redis_url=redis_url, shards=other))
+        with caplog.at_level(logging.WARNING, logger="celery_fairqueue"):
+            put(store, accounts_on(3, 1)[0], other)
+            put(store, accounts_on(2, 1)[0], other)
+        assert len(store.shards) == SHARDS and store.sharded
+        assert [r.message for r in caplog.records if "following the store" in r.message] == [
+            f"fairqueue: the fair store has 4 shard(s) and this process says fairqueue_shards "
+            f"= {other}: following the store's (the setting counts for a new store only)"]
+        caplog.clear()
+    assert [store.client.hlen(shard.keys.records) for shard in sharded.shards] == [1, 0, 2, 2]
 
 
-def test_an_unsharded_store_holding_jobs_refuses_shards(make_store):
+def test_a_store_of_one_shard_holding_jobs_stays_of_one_for_a_process_that_says_four(
+        make_store, redis_url, redis_client):
     put(make_store(), "acme", 1)
-    with pytest.raises(ShardCountError, match="laid out in 1 shard"):
-        put(make_store(shards=4), "acme", 2)
+    store = open_store(FairqueueSettings(redis_url=redis_url, shards=4))
+    put(store, "acme", 2)
+    put(store, accounts_on(3, 1)[0], 3)
+    assert len(store.shards) == 1 and not store.sharded
+    assert redis_client.get("{fairqueue}:shards") == "1"
+    assert redis_client.hlen("{fairqueue}:records") == 3
+
+
+def test_a_new_store_takes_the_number_of_its_first_process(redis_url, redis_client):
+    store = open_store(FairqueueSettings(redis_url=redis_url, shards=4))
+    put(store, "acme", 1)
+    assert redis_client.get("{fairqueue}:shards") == "4"
+    assert len(open_store(FairqueueSettings(redis_url=redis_url)).shards) == 1  # until it reads
+    assert put(open_store(FairqueueSettings(redis_url=redis_url)), "acme", 2)
+    assert sum(redis_client.hlen(shard.keys.records) for shard in store.shards) == 2
 
 
 def test_cancel_and_run_now_find_a_job_on_any_shard(sharded):

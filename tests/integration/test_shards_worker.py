@@ -1,5 +1,6 @@
 """Real workers on a store of four shards: every shard's jobs run, an idle worker is woken by
-the shard that gained work, and a worker of another number of shards refuses to start."""
+the shard that gained work, and a worker that says another number of shards follows the
+store's."""
 
 from collections.abc import Iterator
 
@@ -7,7 +8,7 @@ import pytest
 
 from celery_fairqueue.store import store_for
 from celery_fairqueue.store.shards.placement import account_shard
-from tests.harness import WorkerProcess, wait_until
+from tests.harness import wait_until
 
 APP = "tests.apps.fair"
 SHARDS = 4
@@ -49,12 +50,13 @@ def test_an_idle_worker_is_woken_by_the_shard_that_gained_work(sharded_fair,
         assert sharded_fair.job.delay(account_on(shard), 7).get(timeout=15) == 7
 
 
-def test_a_worker_of_another_number_of_shards_refuses_to_start(
-        sharded_fair, request, tmp_path, redis_url, redis_client):
+def test_a_worker_that_says_one_shard_follows_a_store_of_four(sharded_fair,
+                                                              celery_worker_factory,
+                                                              redis_client):
     sharded_fair.job.delay(account_on(2), 1)  # the store is now laid out in four shards
-    worker = WorkerProcess(APP, redis_url=redis_url, cwd=request.config.rootpath,
-                           log_path=tmp_path / "worker.log", env={"FQ_SHARDS": "1"})
-    log = worker.refused_start()
-    assert "ShardCountError" in log and "laid out in 4 shard" in log
-    assert "fairqueue reshard --to 1" in log
+    worker = celery_worker_factory(APP, env={"FQ_SHARDS": "1"}, concurrency=2)
+    results = [sharded_fair.job.delay(account_on(shard), 5) for shard in range(SHARDS)]
+    assert [r.get(timeout=20) for r in results] == [5] * SHARDS
+    assert "the fair store has 4 shard(s) and this process says fairqueue_shards = 1" in (
+        worker.log_tail(100_000))
     assert redis_client.get("{fairqueue}:shards") == "4"

@@ -318,6 +318,11 @@ class Recorder:
         every call while it leads none) it balances the streams with the other recorders."""
         if self.leading and time.monotonic() - self._renewed < self.lock_seconds / 6:
             return True
+        self.store.check_shards()
+        if len(self.store.shards) > len(self._leases.streams):  # a reshard added shards
+            self._leases.grow()
+            self.reader.grow()
+            self.reader.ensure_group()
         gained, lost = self._leases.balance()
         self._renewed = time.monotonic()
         if gained or lost:

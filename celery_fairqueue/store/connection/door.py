@@ -29,7 +29,7 @@ EVENTS_CHECK_SECONDS = 5.0  # how often a store asks whether a recorder listens
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "apply_limit", "bury",
                 "emit", "take_dead", "restore_dead", "purge_dead", "give_back", "cancel", "pause",
                 "resume", "run_now", "register_worker", "heartbeat", "mark",
-                "set_default_limit", "upgrade")
+                "set_default_limit", "upgrade", "read_layout")
 
 
 def wire(value: Any) -> Any:
@@ -65,10 +65,16 @@ class StoreDoor:
         self._recording = False
         # the scripts' MODE: a recorder listens, the store has shards (``sharded``, given by
         # the shards package, store/shards/shard.py), on a cluster
-        shape = ("1" if sharded else "0") + ("1" if is_cluster(client) else "0")
-        self._mode_recording, self._mode_quiet = (f"1{shape}".encode(), f"0{shape}".encode())
+        self.set_sharded(sharded)
         self._recording_checked = float("-inf")
         self.redis_clock = RedisClock(self.server_time)  # the producer's deadlines
+
+    def set_sharded(self, sharded: bool) -> None:
+        """Whether the store has shards, for the scripts' MODE: a store of one shard takes them
+        when a reshard moves it (store/shards/sharded.py)."""
+        self.sharded = sharded
+        shape = ("1" if sharded else "0") + ("1" if is_cluster(self.client) else "0")
+        self._mode_recording, self._mode_quiet = (f"1{shape}".encode(), f"0{shape}".encode())
 
     @classmethod
     def from_settings(cls, settings: FairqueueSettings, *, fail_fast: bool = False) -> Self:
@@ -113,8 +119,9 @@ class StoreDoor:
         """Ask again at the next call whether a recorder listens."""
         self._recording_checked = float("-inf")
 
-    def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any]) -> Any:
-        with operation(name):
+    def _run(self, name: str, queues: Sequence[QueueKeys], args: Sequence[Any], *,
+             within: bool = False) -> Any:
+        with operation(name, within=within):
             return self._scripts[name](keys=self._keys_for(name, queues),
                                        args=self._args_for(name, args))
 

@@ -42,9 +42,11 @@ _operation: ContextVar[str | None] = ContextVar("fairqueue_store_operation", def
 
 
 @contextlib.contextmanager
-def operation(name: str) -> Iterator[None]:
-    """Name the store operation that the commands sent inside this block belong to."""
-    token = _operation.set(name)
+def operation(name: str, *, within: bool = False) -> Iterator[None]:
+    """Name the store operation that the commands sent inside this block belong to; ``within``:
+    those of the operation under way, if any (a producer's reading of the store's layout is
+    part of its enqueue)."""
+    token = _operation.set((within and _operation.get()) or name)
     try:
         yield
     finally:

@@ -31,7 +31,8 @@ def encode_job_key(job_key: str | None) -> str:
 #: The store's global keys (Keys attributes), in the order a script receives those it touches.
 GLOBAL_KEY_NAMES = ("records", "leases", "limits", "buckets", "queues", "stats", "dead",
                     "dead_index", "pauses", "workers", "worker_info", "instance",
-                    "default_limit", "limit_config")
+                    "default_limit", "limit_config", "shard_count", "layout_readers",
+                    "layout_seen")
 #: The field of Keys.limits that holds the store's default limit, packed: an encoded account
 #: id never is "*" (encode_id escapes it).
 DEFAULT_LIMIT_FIELD = "*"
@@ -205,11 +206,17 @@ class Keys:
         return self._key("shards")
 
     @cached_property
-    def shard_move(self) -> str:
-        """While a reshard runs, on the home shard: the Redis time it announced the move (the
-        processes have re-read ``shard_count`` one check interval later;
-        store/shards/reshard.py)."""
-        return self._key("shardmove")
+    def layout_readers(self) -> str:
+        """Sorted set, on the home shard: process id -> the Redis time until which the worker
+        or producer may go on with its last reading of ``shard_count`` (read_layout.lua)."""
+        return self._key("layoutreaders")
+
+    @cached_property
+    def layout_seen(self) -> str:
+        """Hash, on the home shard: process id -> ``"layout time name"``, what it last read of
+        ``shard_count``, when, and who it is (a reshard waits for every live one to read the
+        move; store/shards/fleet_wait.py)."""
+        return self._key("layoutseen")
 
     @cached_property
     def moved(self) -> str:

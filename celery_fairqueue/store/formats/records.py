@@ -13,6 +13,8 @@ keys are percent-encoded (keys.encode_id) before they reach a stored string, so 
 - dead letter (``Keys.dead``), JSON: ``store_dead`` (the one writer)
 - deferral (``QueueKeys.deferral``), ``"reason until"``: ``defer`` in claim.lua (the one writer)
 - worker entry (``Keys.worker_info``), ``"heartbeat info_json"``: ``renew_registration``
+- layout reading (``Keys.layout_seen``), ``"layout read_at name"``: read_layout.lua (the one
+  writer; the name, last, is free text)
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from ...protocol import NO_JOB_KEY, decode_id, encode_id
 
-__all__ = ["Bucket", "DeadRecord", "Deferral", "JobRecord", "Marker", "ReadyMember",
+__all__ = ["Bucket", "DeadRecord", "Deferral", "JobRecord", "LayoutSeen", "Marker", "ReadyMember",
            "WorkerEntry", "build_dead_record", "marker_external_id", "new_record_parts"]
 
 
@@ -307,3 +309,20 @@ class WorkerEntry:
         beat, _, info = text.partition(" ")
         data = json.loads(info)
         return cls(float(beat), data if isinstance(data, dict) else {})
+
+
+@dataclass(frozen=True)
+class LayoutSeen:
+    """A worker's or producer's last reading of the store's layout: what it read (``"S"`` or
+    ``"S>N"``), when (Redis time), and its name (role, host, pid)."""
+
+    layout: str
+    read_at: float
+    name: str
+
+    @classmethod
+    def parse(cls, raw: str | bytes) -> LayoutSeen:
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        layout, _, rest = text.partition(" ")
+        read_at, _, name = rest.partition(" ")
+        return cls(layout, float(read_at or 0), name)

@@ -44,6 +44,10 @@ class EventReader:
         self._pending_after: dict[str, str] = {}  # stream -> the last pending entry read
         self.rewind()
 
+    def grow(self) -> None:
+        """Know the streams of the shards a reshard added (the store follows its layout)."""
+        self.streams = [shard.keys.events for shard in self.store.shards]
+
     def follow(self, streams: list[str]) -> None:
         """Read these streams from now on (those its recorder leads), each from its first
         pending entry."""
@@ -214,6 +218,12 @@ class StreamLeases:
         self._leases = [Leadership(shard, seconds, name) for shard in store.shards]
         self.held: set[int] = set()
         self._first = zlib.crc32(name.encode("utf-8", "backslashreplace")) % len(self.streams)
+
+    def grow(self) -> None:
+        """Share the streams of the shards a reshard added, too."""
+        self.streams += [shard.keys.events for shard in self.store.shards[len(self.streams):]]
+        self._leases += [Leadership(shard, self.seconds, self.name)
+                         for shard in self.store.shards[len(self._leases):]]
 
     def balance(self) -> tuple[list[str], list[str]]:
         """Renew, hand back, take up: returns (the streams gained, the streams lost)."""

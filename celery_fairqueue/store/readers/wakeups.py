@@ -31,6 +31,7 @@ class WakeSubscription:
         self._reconnected = False
         self._sharded = is_cluster(store.client)
         self._store = store
+        self.shards = len(store.shards)  # a reshard adds shards: subscribe again (Wakeups)
         channels = [shard.keys.queue(queue).wake for shard in store.shards for queue in queues]
         try:
             self._pubsub = store.client.pubsub(ignore_subscribe_messages=True)

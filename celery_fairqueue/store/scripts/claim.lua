@@ -344,6 +344,9 @@ if SHARDED then
   local runnable = 0
   for n = 1, nq do
     local weight = redis.call('INCRBY', queues[n].weight, queues[n].weight_change)
+    if weight <= 0 and not empty[n] then  -- none kept yet (a store of one shard, moving)
+      weight = weigh_rotation(queues[n])
+    end
     if not queues[n].paused then
       runnable = runnable + weight
     end

@@ -42,7 +42,7 @@ from .shard import FairStore
 KILL_ENV = "FAIRQUEUE_RESHARD_KILL"
 #: Copies of one account made before the reshard gives up on it for this pass.
 MAX_COPIES = 50
-MOVE_SCRIPTS = ("move_freeze", "move_in", "move_out", "move_drop")
+MOVE_SCRIPTS = ("move_freeze", "move_in", "move_out", "move_drop", "move_weigh")
 
 
 def reshard_pause(raw: str | bytes | None) -> dict[str, object] | None:
@@ -84,6 +84,11 @@ class AccountMover:
     def run(self, name: str, shard: int, args: Iterable[Any]) -> Any:
         keys = [getattr(self.shards[shard].keys, key) for key in self._sources[name].global_keys]
         return self._scripts[name](keys=keys, args=list(args))
+
+    def weigh(self, shard: int) -> None:
+        """Count the runnable weight of ``shard``'s queues afresh (move_weigh.lua): a store of
+        one shard kept none."""
+        self.run("move_weigh", shard, [])
 
     def freeze(self, shard: int, targets: dict[str, int]) -> None:
         """Step 1 for the encoded accounts of ``targets`` (account -> its new shard)."""

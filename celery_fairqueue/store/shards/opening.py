@@ -1,4 +1,4 @@
-"""Opening the fair store of an app: of one shard, or of ``fairqueue_shards`` (sharded.py)."""
+"""Opening the fair store of an app: of as many shards as the store has (sharded.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ from .shard import FairStore
 from .sharded import ShardedStore
 
 
-def open_store(settings: FairqueueSettings, *, fail_fast: bool = False) -> FairStore:
-    """The fair store of ``settings``: of one shard, or of ``fairqueue_shards`` (sharded.py)."""
-    kind = ShardedStore if settings.shards > 1 else FairStore
-    return kind.from_settings(settings, fail_fast=fail_fast)
+def open_store(settings: FairqueueSettings, *, fail_fast: bool = False) -> ShardedStore:
+    """The fair store of ``settings``, following the store's number of shards (sharded.py)."""
+    return ShardedStore.from_settings(settings, fail_fast=fail_fast)
 
 
 def store_for(app: Celery) -> FairStore:

@@ -1,12 +1,12 @@
 """``celery -A proj fairqueue reshard --to N``: move a store of S shards to N > S, live.
 
 The store's home records its number of shards (``Keys.shard_count``); a reshard writes
-``"S>N"`` there first, and ``N`` once every account that must move has moved. While it reads
-``"S>N"``, a sharded process configured with S or N works (door.check_shards): it finds an
+``"S>N"`` there first, and ``N`` once every account that must move has moved. Every worker and
+producer reads it and follows (layout.py, sharded.py): while it reads ``"S>N"``, it finds an
 account by S, follows the forwarding of one that moved (the old shard's enqueue answers "moved
-to n", sharded.py) and claims from all N shards; a process of one shard stops (it cannot follow).
-The reshard waits one ``fairqueue_shards_check_interval`` (and a margin) after announcing the
-move before it moves any account, so that every process has re-read the key by then.
+to n") and claims from all N shards; a store of one shard takes the sharded scripts' mode. No
+account moves before every process that may still act on the old layout has read the move
+(fleet_wait.py): the reshard says which did not, after ``--timeout``.
 
 Growing only ever moves an account from an old shard to a new one (jump hash, shards.py), so the
 old shards are drained one after the other, a chunk of accounts at a time (account_move.py says
@@ -33,12 +33,13 @@ from ..formats.dead_letter import DeadLetter
 from ..formats.keys import DEFAULT_LIMIT_FIELD, Keys, decode_id, encode_id
 from ..formats.records import JobRecord
 from .account_move import AccountMover, text
+from .fleet_wait import wait_for_fleet
 from .placement import account_shard
 from .shard import FairStore
 
 #: Accounts frozen, drained and moved together: their jobs wait while their chunk moves.
 CHUNK = 500
-#: Added to the processes' check interval before any account moves (calls already under way).
+#: Waited once the fleet has read the move, before any account moves (calls already under way).
 SETTLE_MARGIN = 5.0
 #: How long the old shards keep forwarding the accounts that moved, after the move (at least):
 #: a process that has not re-read the store's number of shards yet still asks them.
@@ -71,6 +72,7 @@ class Resharder:
     """Moves the store of ``settings`` to ``to`` shards; ``say`` reports progress."""
 
     def __init__(self, settings: FairqueueSettings, to: int, *, settle: float | None = None,
+                 timeout: float | None = None,
                  say: Callable[[str], None] = lambda line: None) -> None:
         self.to = to
         self.say = say
@@ -78,8 +80,9 @@ class Resharder:
         self.home = FairStore.from_settings(self.settings)
         self.client = self.home.client
         self.keys = Keys(settings.key_prefix)
-        self.settle = (settings.shards_check_interval + SETTLE_MARGIN if settle is None
-                       else settle)
+        self.settle = SETTLE_MARGIN if settle is None else settle
+        self.timeout = (2 * settings.shards_check_interval + SETTLE_MARGIN if timeout is None
+                        else timeout)
 
     def run(self) -> ReshardReport:
         started = time.monotonic()
@@ -95,7 +98,7 @@ class Resharder:
         shards = [FairStore(self.client, Keys(self.keys.prefix, n), self.settings)
                   for n in range(self.to)]
         mover = AccountMover(shards)
-        self._announce(old)
+        self._announce(old, mover)
         self._copy_store_wide(shards, old)
         for shard in range(old):
             while self._drain(mover, old, shard):
@@ -105,32 +108,51 @@ class Resharder:
         return ReshardReport(old, self.to, mover.moved_accounts, mover.moved_jobs,
                              time.monotonic() - started)
 
-    def _announce(self, old: int) -> None:
-        """``"S>N"`` in the store's home, then wait until every process has re-read it. The
-        old shards' forwarding of an earlier move is kept for the whole of this one."""
-        self.client.set(self.keys.shard_count, f"{old}>{self.to}")
+    def _announce(self, old: int, mover: AccountMover) -> None:
+        """``"S>N"`` in the store's home, then wait until no worker or producer may act on the
+        old layout (fleet_wait.py). The old shards' forwarding of an earlier move is kept for
+        the whole of this one. A store of one shard kept no runnable weights: they are
+        counted once every process runs the sharded scripts."""
+        layout = f"{old}>{self.to}"
+        self.client.set(self.keys.shard_count, layout)
         for shard in range(old):
             self.client.persist(Keys(self.keys.prefix, shard).moved)
-        self.client.set(self.keys.shard_move, repr(self.home.server_time()), nx=True)
-        ready_at = float(text(self.client.get(self.keys.shard_move))) + self.settle
-        wait = ready_at - self.home.server_time()
-        if wait > 0:
-            self.say(f"moving from {old} to {self.to} shards: waiting {wait:.0f} s for every "
-                     f"worker and producer to see the move")
-            time.sleep(wait)
+        self.say(f"moving from {old} to {self.to} shards")
+        behind = wait_for_fleet(self.client, self.keys, layout, timeout=self.timeout,
+                                margin=self.settle, server_time=self.home.server_time,
+                                say=self.say)
+        if behind:
+            raise ReshardError(
+                f"{len(behind)} worker(s) or producer(s) did not read the move within "
+                f"{self.timeout:.0f} s, so no account moved: {'; '.join(behind[:20])}. Run the "
+                f"reshard again once they have (each reads the store's layout every "
+                f"fairqueue_shards_check_interval; a longer one needs a longer --timeout), "
+                f"or stop them.")
+        if old == 1:
+            mover.weigh(0)
 
     def _copy_store_wide(self, shards: list[FairStore], old: int) -> None:
         """What every shard keeps a copy of, to the new shards: the store's default limit (for
-        their claims) and the queues' operator pauses."""
+        their claims) and the queues' operator pauses; and the home's event stream and its
+        consumer groups, so that a recorder misses no event of a job on a new shard (the
+        scripts record only into a stream that exists)."""
         home = shards[0].keys
         default = self.client.hget(home.limits, DEFAULT_LIMIT_FIELD)
         pauses = {name: raw for name, raw in self._hash(home.pauses).items()
                   if name.startswith("q:")}
+        groups = [text(group["name"]) for group in self.client.xinfo_groups(home.events)
+                  ] if self.client.exists(home.events) else []
         for shard in shards[old:]:
             if default is not None:
                 self.client.hset(shard.keys.limits, DEFAULT_LIMIT_FIELD, default)
             if pauses:
                 self.client.hset(shard.keys.pauses, mapping=pauses)  # type: ignore[arg-type]
+            for group in groups:
+                try:
+                    self.client.xgroup_create(shard.keys.events, group, id="0", mkstream=True)
+                except FairqueueError as exc:
+                    if "BUSYGROUP" not in str(exc):  # made by the run this one finishes: fine
+                        raise
 
     def _finish(self, old: int) -> None:
         """Every account moved: the store has N shards. The old shards keep forwarding the
@@ -139,7 +161,6 @@ class Resharder:
         keep_ms = int(max(FORWARD_SECONDS, 10 * self.settings.shards_check_interval) * 1000)
         for shard in range(old):
             self.client.pexpire(Keys(self.keys.prefix, shard).moved, keep_ms)
-        self.client.delete(self.keys.shard_move)
 
     def _drain(self, mover: AccountMover, old: int, shard: int) -> int:
         """One pass over old shard ``shard``: move every account it holds anything of whose new

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from ...errors import ShardCountError
 from ...protocol import NO_JOB_KEY
 from ...settings import FairqueueSettings
 from ..connection.connect import AnyClient
@@ -29,10 +27,10 @@ class FairStore(Jobs, Fleet, Operator):
     sharded store (sharded.py)."""
 
     def __init__(self, client: AnyClient, keys: Keys, settings: FairqueueSettings,
-                 home: FairStore | None = None) -> None:
-        super().__init__(client, keys, settings, sharded=settings.shards > 1)
+                 home: FairStore | None = None, sharded: bool | None = None) -> None:
+        super().__init__(client, keys, settings,
+                         sharded=settings.shards > 1 if sharded is None else sharded)
         self.home = home or self  # the store's home shard: one check of its shards for all
-        self._shards_checked = float("-inf")
         self.shard_move: tuple[int, int] | None = None  # (S, N) while a reshard runs
 
     @cached_property
@@ -61,7 +59,7 @@ class FairStore(Jobs, Fleet, Operator):
         """Shard ``n`` of the store, even one that a reshard made after this process counted
         its shards (sharded.py grows its list)."""
         return self if n == 0 else FairStore(self.client, Keys(self.keys.prefix, n),
-                                             self.settings, home=self)
+                                             self.settings, home=self, sharded=True)
 
     def ack(self, lease: Lease) -> bool:
         owned = super().ack(lease)
@@ -139,37 +137,7 @@ class FairStore(Jobs, Fleet, Operator):
         return {str(k): int(v) for k, v in self.client.hgetall(self.keys.stats).items()}
 
     def check_shards(self) -> None:
-        """Raise ShardCountError unless the store is laid out in ``fairqueue_shards`` shards, as
-        its home records (asked every ``fairqueue_shards_check_interval``). A store that
-        records none is of one shard, or, empty, takes this one's number. While a reshard moves
-        it from S to N shards (``"S>N"``, reshard.py), a sharded process of either S or N is
-        accepted, and ``shard_move`` says (S, N): the store follows the move (sharded.py).
-        A shard of a sharded store asks its home, which checks once for all."""
+        """A shard of a routing store (sharded.py) asks its home, which reads the store's
+        layout once for all; a FairStore of its own is the store of one shard."""
         if self.home is not self:
             self.home.check_shards()
-            return
-        now = time.monotonic()
-        if now - self._shards_checked < self.settings.shards_check_interval:
-            return
-        wanted = self.settings.shards
-        home = Keys(self.keys.prefix)
-        held = str(self.client.get(home.shard_count) or "")
-        if not held and wanted > 1:
-            if not self.client.hlen(home.records):
-                self.client.set(home.shard_count, wanted, nx=True)
-            held = str(self.client.get(home.shard_count) or "")
-        held = held or "1"
-        # reshard: "S>N" while a move runs
-        old, _, new = held.partition(">")
-        self.shard_move = (int(old), int(new)) if new else None
-        if self.shard_move and wanted > 1 and wanted in self.shard_move:
-            self._shards_checked = now
-            return
-        if new or int(held) != wanted:
-            shown = f"being moved from {old} to {new}" if new else f"laid out in {held}"
-            raise ShardCountError(
-                f"the fair store {self.keys.prefix!r} is {shown} shard(s), and this process "
-                f"says fairqueue_shards = {wanted}: set fairqueue_shards = {new or held}, or "
-                f"move the store with `celery -A proj fairqueue reshard --to {wanted}` "
-                f"(docs/deployment.md)")
-        self._shards_checked = now

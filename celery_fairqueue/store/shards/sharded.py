@@ -1,4 +1,7 @@
-"""A store of S shards (``fairqueue_shards`` > 1): one FairStore per shard, and the routing.
+"""The store as every worker and producer opens it: one FairStore per shard, and the routing.
+
+It has as many shards as the store's home records, read and followed as a reshard moves the
+store (layout.py): a store of one shard is its one FairStore's calls, as they are.
 
 Each shard is a whole store under its own hash tag (keys.Keys, shards.py), so every script
 still runs on one shard; an account lives on one shard, so its limits stay exact. This object
@@ -21,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from ...errors import FairqueueError, ShardCountError, StoreUnavailableError
+from ...errors import FairqueueError, StoreUnavailableError
 from ...limits import AccountLimit
 from ...protocol import delivery_id
 from ...settings import FairqueueSettings
@@ -34,6 +37,7 @@ from ..writers.jobs import AccountMoved, Claim, EnqueueOutcomeOrError, EnqueueRe
 from ..writers.leases import Lease
 from ..writers.operator import MAX_DELIVERY_LOOKUP, OperatorPause
 from .chooser import ShardChooser
+from .layout import Layout, LayoutReading
 from .merged import summed
 from .placement import account_shard
 from .shard import FairStore
@@ -42,34 +46,58 @@ T = TypeVar("T")
 
 
 class ShardedStore(FairStore):
-    """The store's S shards (``shards``), routed; itself the home shard's FairStore."""
+    """The store's shards (``shards``), routed; itself the home shard's FairStore."""
 
     def __init__(self, client: AnyClient, keys: Keys, settings: FairqueueSettings) -> None:
         super().__init__(client, keys, settings)
         self.shards: list[FairStore] = []
-        self._grow(settings.shards)
         self._job_shard: dict[str, int] = {}  # leased job id -> its shard (see beat)
-        # the S accounts are placed by (reshard: the old S while moving)
-        self._route = settings.shards
+        self.reading = LayoutReading(settings.shards_check_interval, settings.shards)
+        # until the store's layout is read: the setting's (layout.py)
+        self._follow(Layout(settings.shards))
 
-    # -- reshard (store/shards/reshard.py): follow a move from S to N shards ----------------------
+    # -- the store's layout (layout.py), and a reshard's move (reshard.py) ----------------------
 
     def check_shards(self) -> None:
-        """The store's number of shards, checked (door.py); while a reshard moves it from S to
-        N, accounts are found by S and the moved ones' forwarding, and claims span N shards."""
-        super().check_shards()
-        move = self.shard_move
-        self._route = move[0] if move else self.settings.shards
-        self._grow(max(move) if move else len(self.shards))
+        """Read the store's layout (every ``fairqueue_shards_check_interval``, or at once
+        after a call met a moved account) and follow it: while a reshard moves the store from
+        S to N shards, accounts are found by S and the moved ones' forwarding, and claims span
+        N shards."""
+        if not self.reading.due():
+            return
+        started = self.reading.started()
+        layout = Layout.parse(self.read_layout(self.reading.process_id, self.reading.name,
+                                               self.settings.shards_check_interval))
+        self._follow(layout)
+        self.reading.done(started, layout)
 
-    def _grow(self, count: int) -> None:
-        """Have ``count`` shards at least (the store's, or a move to more shards), each asked
-        first by the chooser."""
-        if count > len(self.shards):
-            self.shards += [FairStore(self.client, Keys(self.keys.prefix, n), self.settings,
-                                      home=self) for n in range(len(self.shards), count)]
+    def _follow(self, layout: Layout) -> None:
+        """Route by ``layout`` (S while it moves), claim from its widest number of shards."""
+        self.shard_move = layout.move
+        self._route = layout.count
+        self._resize(layout.widest)
+
+    def _resize(self, count: int) -> None:
+        """Have ``count`` shards, each asked first by the chooser; the scripts' mode follows (a
+        store of one shard takes the sharded mode as soon as a move to more is announced)."""
+        if count != len(self.shards):
+            self.shards = self.shards[:count] + [
+                FairStore(self.client, Keys(self.keys.prefix, n), self.settings, home=self,
+                          sharded=count > 1) for n in range(len(self.shards), count)]
             self._by_tag = {shard.keys.tag: n for n, shard in enumerate(self.shards)}
             self._chooser = ShardChooser(count, self.settings.poll_interval)
+        if self.sharded != (count > 1):
+            for store in (self, *self.shards):
+                store.set_sharded(count > 1)
+
+    def _grow(self, count: int) -> None:
+        """Have ``count`` shards at least: a call met an account that moved to a shard this
+        process may not know yet. Not knowing of a move, it reads the store's layout at its
+        next call."""
+        if self.shard_move is None:
+            self.reading.read_now()
+        if count > len(self.shards):
+            self._resize(count)
 
     def shard_at(self, n: int) -> FairStore:
         self._grow(n + 1)
@@ -157,12 +185,9 @@ class ShardedStore(FairStore):
         by_shard: dict[int, list[Lease]] = {}
         for lease in acks:
             by_shard.setdefault(self._by_tag[lease.store.keys.tag], []).append(lease)
-        try:
-            self.check_shards()
-        except ShardCountError:  # reshard: moved on without this process; its acks settle
-            for index, settling in by_shard.items():
-                self.shards[index].claim([], 0, token, "", acks=settling)
-            raise
+        self.check_shards()
+        if len(self.shards) == 1:  # a store of one shard: its claim, as it is
+            return self.shards[0].claim(queues, want, token, default_limit, first, acks)
         leases: list[Lease] = []
         expired: list[Lease] = []
         lost: list[str] = []

@@ -1,7 +1,8 @@
 """The fleet: the registry of live workers and their heartbeat, which extends the leases of the
 jobs they run. The decisions are the scripts': a lease's renewal in ``heartbeat.lua``, the
-return of expired leases in ``reap.lua``, a registration in ``register_worker.lua``. An idle
-worker's wait for work is readers/wakeups.py."""
+return of expired leases in ``reap.lua``, a registration in ``register_worker.lua``, every
+process's reading of the store's number of shards in ``read_layout.lua``. An idle worker's wait
+for work is readers/wakeups.py."""
 
 from __future__ import annotations
 
@@ -77,3 +78,10 @@ class Fleet(StoreDoor):
             registration.to_json() if registration is not None else "", self.registry_ttl(),
             uuid.uuid4().hex, *job_ids])
         return Beat(lost=list(lost), instance=str(instance), live_workers=int(workers))
+
+    def read_layout(self, process_id: str, name: str, seconds: float) -> str:
+        """The store's layout as its home records it (``"S"``, or ``"S>N"`` while a reshard
+        moves it), read by process ``process_id`` (``name``: what a reshard that waits for it
+        calls it), who reads it again within ``seconds`` (read_layout.lua)."""
+        return str(self._run("read_layout", [], [process_id, name, self.settings.shards,
+                                                  seconds], within=True))

@@ -34,6 +34,19 @@ local function split_rotation_member(member)
   return account, tonumber(weight) or 1
 end
 
+-- A queue's runnable weight counted afresh: the weights its accounts joined the rotation with.
+-- A store of one shard keeps none, so when a reshard moves it its claims count it once
+-- (claim.lua), and the reshard again once every process runs the sharded scripts (move_weigh.lua).
+local function weigh_rotation(qk)
+  local weight = 0
+  for _, member in ipairs(redis.call('ZRANGE', qk.tags, 0, -1)) do
+    local _, joined = split_rotation_member(member)
+    weight = weight + joined
+  end
+  redis.call('SET', qk.weight, weight)
+  return weight
+end
+
 -- The rotation is start-time fair queueing over virtual time: qk.tags holds the accounts that
 -- may run now, each scored by its virtual start tag, and the claim serves the lowest and moves
 -- it on by VIRTUAL_TURN / weight (claim.lua). Tags are whole numbers, so they add up exactly

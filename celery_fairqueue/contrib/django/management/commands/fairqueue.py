@@ -147,8 +147,12 @@ class Command(BaseCommand):
                             "and producers run (needs --user, a superuser; "
                             "docs/deployment.md).")
         reshard.add_argument("--to", type=int, required=True, help="The number of shards.")
-        reshard.add_argument("--settle", type=float, help="Seconds to wait after announcing "
-                             "the move (default: fairqueue_shards_check_interval and 5 s).")
+        reshard.add_argument("--settle", type=float, help="Seconds waited once every worker "
+                             "and producer has read the move, for their calls under way "
+                             "(default: 5).")
+        reshard.add_argument("--timeout", type=float, help="Most seconds to wait for every "
+                             "worker and producer to read the move (default: twice "
+                             "fairqueue_shards_check_interval and 5 s).")
         reshard.add_argument("--user", required=True,
                              help="Act as this user, who must be an active superuser.")
 
@@ -336,7 +340,8 @@ class Command(BaseCommand):
             raise PermissionDenied(f"{user} is not an active superuser")
         try:
             report = Resharder(settings_for(celery_app()), options["to"],
-                               settle=options["settle"], say=self.stdout.write).run()
+                               settle=options["settle"], timeout=options["timeout"],
+                               say=self.stdout.write).run()
         except (ReshardError, ConfigurationError) as exc:
             raise CommandError(str(exc)) from None
         for line in describe(report):

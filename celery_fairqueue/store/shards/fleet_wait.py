@@ -1,0 +1,70 @@
+"""A reshard waits for the fleet: no account moves before every worker and producer that may
+still act on the store's old layout has read the move.
+
+Each process records every reading of the layout at the store's home (read_layout.lua): what it
+read, when, and until when it may act on it without reading again (its
+``fairqueue_shards_check_interval`` on; a process reads again before its next call after
+that). Once the reshard has announced ``"S>N"``, a process is waited for while it has read
+an older layout and its reading has not lapsed; one that stops, or only enqueues now and then,
+lapses and is not waited for: it reads the move before its next call. Then a margin for the
+calls already under way (each bounded by ``fairqueue_enqueue_timeout`` or a socket timeout).
+Only the processes of a version that records its readings are seen.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..connection.connect import AnyClient
+from ..formats.keys import Keys
+from ..formats.records import LayoutSeen
+
+#: How often the reshard looks at the readings while it waits.
+LOOK_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One process's last reading of the store's layout, and until when it may act on it."""
+
+    process_id: str
+    until: float  # Redis time
+    seen: LayoutSeen
+
+
+def readings(client: AnyClient, home: Keys) -> list[Reading]:
+    """The readings of the processes whose reading may not have lapsed yet."""
+    until: list[tuple[str, float]] = client.zrange(  # type: ignore[assignment]
+        home.layout_readers, 0, -1, withscores=True)
+    if not until:
+        return []
+    seen = client.hmget(home.layout_seen, [process_id for process_id, _ in until])
+    return [Reading(str(process_id), lapses, LayoutSeen.parse(raw))
+            for (process_id, lapses), raw in zip(until, seen, strict=True) if raw is not None]
+
+
+def wait_for_fleet(client: AnyClient, home: Keys, layout: str, *, timeout: float,
+                   margin: float, server_time: Callable[[], float],
+                   say: Callable[[str], None]) -> list[str]:
+    """Wait until no process may act on a layout other than ``layout``, and ``margin`` on;
+    after ``timeout``, return what names the processes still on an older one (else [])."""
+    give_up = time.monotonic() + timeout
+    told = False
+    while True:
+        now = server_time()
+        behind = [reading for reading in readings(client, home)
+                  if reading.seen.layout != layout and reading.until > now]
+        if not behind:
+            break
+        if time.monotonic() >= give_up:
+            return [f"{r.seen.name} (read {r.seen.layout!r}; reads again within "
+                    f"{r.until - now:.0f} s)" for r in behind]
+        if not told:
+            told = True
+            say(f"waiting for {len(behind)} worker(s) and producer(s) to read the move "
+                f"(at most {max(r.until for r in behind) - now:.0f} s)")
+        time.sleep(min(LOOK_SECONDS, max(0.0, give_up - time.monotonic())))
+    time.sleep(margin)
+    return []
