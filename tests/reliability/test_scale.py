@@ -12,12 +12,14 @@ ACCOUNTS = 100_000
 #: (a minimal message; docs/performance.md gives the figures of a real job, from bench.memory).
 MAX_BYTES_PER_JOB = 1024
 #: What stays in Redis when every job is done and its key's retention has passed (the registry
-#: of live workers while a worker runs).
+#: of live workers while a worker runs, and the live processes' readings of the store's layout).
 BOOKKEEPING = {"{fairqueue}:queues", "{fairqueue}:stats",
-               "{fairqueue}:instance", "{fairqueue}:workers", "{fairqueue}:workerinfo"}
+               "{fairqueue}:instance", "{fairqueue}:workers", "{fairqueue}:workerinfo",
+               "{fairqueue}:layoutreaders", "{fairqueue}:layoutseen"}
 #: The store's configuration, which a worker writes once and every job leaves as it is: the
-#: default limit, as JSON and packed in the limits hash under "*" (never an encoded account).
-CONFIGURATION = {"{fairqueue}:defaultlimit", "{fairqueue}:limits"}
+#: default limit, as JSON and packed in the limits hash under "*" (never an encoded account),
+#: and the store's number of shards.
+CONFIGURATION = {"{fairqueue}:defaultlimit", "{fairqueue}:limits", "{fairqueue}:shards"}
 
 
 def test_many_accounts_cost_little_memory_and_leave_no_keys_behind(make_store, redis_client,
