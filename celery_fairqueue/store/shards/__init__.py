@@ -1,17 +1,19 @@
 """The store as a whole: one shard or S, and moving a store from S shards to more.
 
 The rest of the package sees shards only through this package's interface: ``opening.py``
-(``open_store``, ``store_for``: a store of one shard or of ``fairqueue_shards``), the store's
+(``open_store``, ``store_for``: the store, of as many shards as it records), the store's
 ``shards`` and ``shard_for(account)`` (``shard.py``, ``sharded.py``), ``merged.py`` (the same
 reads on every shard in one pipeline) and ``placement.py`` (``account_shard``). No module
 outside it branches on whether the store is sharded.
 
-- ``shard.py``: ``FairStore``, the writers of one shard as one object, and the check of the
-  store's recorded number of shards.
-- ``sharded.py``: ``ShardedStore``, the routing of a store of S shards.
+- ``shard.py``: ``FairStore``, the writers of one shard as one object.
+- ``sharded.py``: ``ShardedStore``, the routing over the store's shards, which follows the
+  store's recorded number of shards and a reshard's move (``layout.py``: this process's
+  reading of it).
 - ``placement.py``: an account's shard (jump consistent hash).
 - ``chooser.py``: which shard a worker claims from next (by each shard's runnable weight).
-- ``reshard.py`` and ``account_move.py``: ``fairqueue reshard --to N``, one account at a time.
+- ``reshard.py`` and ``account_move.py``: ``fairqueue reshard --to N``, one account at a time;
+  ``fleet_wait.py``: it moves none before every process has read the move.
 
 May import: formats, connection, writers.
 """
