@@ -13,6 +13,8 @@ from typing import Any
 from .errors import FairqueueError
 
 JSON_CONTENT_TYPE = "application/json"
+#: The stored form's encoder, made once (json.dumps makes one a call: this runs every enqueue).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
 class MalformedEnvelopeError(FairqueueError):
@@ -29,9 +31,9 @@ class Envelope:
 
     def to_json(self) -> str:
         # not dataclasses.asdict, which deep-copies the headers first: this runs on every enqueue
-        return json.dumps({"body": self.body, "content_type": self.content_type,
-                           "content_encoding": self.content_encoding, "headers": self.headers,
-                           "properties": self.properties}, separators=(",", ":"), default=str)
+        return _ENCODER.encode({"body": self.body, "content_type": self.content_type,
+                                "content_encoding": self.content_encoding,
+                                "headers": self.headers, "properties": self.properties})
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Envelope:

@@ -18,12 +18,16 @@ from .errors import ConfigurationError, SerializationError
 
 JobKeySpec = Sequence[str] | Callable[..., Any] | None
 
+# made once: json.dumps with options builds an encoder on every call, and every keyed enqueue
+# hashes its identity
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                              allow_nan=False)
+
 
 def hash_identity(parts: Sequence[Any]) -> str:
     """sha256 of canonical JSON: the same parts give the same key in any process or Python."""
     try:
-        material = json.dumps(list(parts), sort_keys=True, separators=(",", ":"),
-                              ensure_ascii=True, allow_nan=False)
+        material = _CANONICAL.encode(list(parts))
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"job key parts must be JSON values (no NaN or infinity): "
                                  f"{exc}") from None
@@ -38,7 +42,7 @@ def _signature(run: Callable[..., Any]) -> inspect.Signature:
 def bound_arguments(run: Callable[..., Any], args: Sequence[Any],
                     kwargs: dict[str, Any]) -> dict[str, Any]:
     """The task's arguments by parameter name, defaults filled in (the signature is read once
-    per task: enqueue asks for it up to three times a job)."""
+    per task; the publish path binds a job's arguments once, for its account, key and event)."""
     try:
         signature = _signature(run)
     except TypeError:  # an unhashable callable
@@ -49,11 +53,13 @@ def bound_arguments(run: Callable[..., Any], args: Sequence[Any],
 
 
 def compute_job_key(task_name: str, account: str, spec: JobKeySpec, run: Callable[..., Any],
-                    args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+                    args: Sequence[Any], kwargs: dict[str, Any],
+                    named: dict[str, Any] | None = None) -> str | None:
     """The business key of one job, or None when the task declares no ``job_key``.
 
     The task name and account are always part of the identity, so two tasks, or two tenants
-    with the same lead id, never share a key.
+    with the same lead id, never share a key. ``named``: the call's arguments bound already
+    (:func:`bound_arguments` of ``args`` and ``kwargs``).
     """
     if spec is None:
         return None
@@ -61,7 +67,8 @@ def compute_job_key(task_name: str, account: str, spec: JobKeySpec, run: Callabl
         identity = spec(*args, **kwargs)
         parts = list(identity) if isinstance(identity, (tuple, list)) else [identity]
     else:
-        named = bound_arguments(run, args, kwargs)
+        if named is None:
+            named = bound_arguments(run, args, kwargs)
         missing = [name for name in spec if name not in named]
         if missing:
             raise ConfigurationError(

@@ -51,6 +51,10 @@ def normalize_id(value: str) -> str:
     return value.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
 
 
+#: The characters ``quote(value, safe="")`` leaves as they are (RFC 3986's unreserved).
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]+")
+
+
 def encode_id(value: str) -> str:
     """Percent-encode an account id or queue name for the store and its events.
 
@@ -59,6 +63,8 @@ def encode_id(value: str) -> str:
     """
     if not isinstance(value, str):
         raise TypeError(f"expected a str id, got {type(value).__name__}")
+    if len(value) <= MAX_ID_LENGTH and _UNRESERVED.fullmatch(value):
+        return value  # what quote leaves as it is: most ids, at every enqueue
     if not value:
         raise ValueError("an account id or queue name cannot be empty")
     value = normalize_id(value)

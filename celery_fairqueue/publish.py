@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +37,9 @@ from .store import EnqueueResult, store_for
 from .task import FairTask
 
 logger = logging.getLogger(__name__)
+
+#: The encoder of the event's arguments, made once (json.dumps makes one a call).
+_SHOWN = json.JSONEncoder(default=str)
 
 # send_task_message keywords that steer publishing; any others become message properties.
 PUBLISH_OPTIONS = frozenset({
@@ -128,8 +132,9 @@ def prepare_fair(app: Celery, task: FairTask, producer: Any, message: Any,
             "(set task_serializer='json')")
     args, kwargs, _embed = body
     data = serialize_body(task.name, body)
-    account = task.resolve_account(args, kwargs, options.pop("account", None))
-    job_key = task.job_key_for(account, args, kwargs, options)
+    named = task.bind_call(args, kwargs)  # once, for the account, the key and the event
+    account = task.resolve_account(args, kwargs, options.pop("account", None), named)
+    job_key = task.job_key_for(account, args, kwargs, options, named)
     headers[ACCOUNT_HEADER] = account
     headers[JOB_KEY_HEADER] = job_key
     headers.pop(LEGACY_JOB_KEY_HEADER, None)
@@ -150,9 +155,7 @@ def prepare_fair(app: Celery, task: FairTask, producer: Any, message: Any,
         "priority": _priority(properties.get("priority")),
         "expires": eta_timestamp(app, headers.get("expires")),
         "replays": options.get("fairqueue_replays") or "",
-        "shown_args": json.dumps(
-            redact_arguments((), task.named_arguments(args, kwargs), task.redact)["kwargs"],
-            default=str)}
+        "shown_args": shown_arguments(dict(kwargs) if named is None else named, task.redact)}
     subscriptions = put_off_calls()
 
     def announce(result: EnqueueResult) -> None:
@@ -169,6 +172,11 @@ def prepare_fair(app: Celery, task: FairTask, producer: Any, message: Any,
                 dispatcher.publish("task-sent", sent_event, producer)
 
     return PendingJob(job, announce)
+
+
+def shown_arguments(named: dict[str, Any], redact: Sequence[str]) -> str:
+    """The job's arguments as its event shows them: by name, the ``redact`` ones masked."""
+    return _SHOWN.encode(redact_arguments((), named, redact)["kwargs"] if redact else named)
 
 
 def serialize_body(task_name: str, body: Any) -> str:

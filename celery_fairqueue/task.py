@@ -4,7 +4,6 @@ FairTask (all of that, plus fair queuing by account through the fair store)."""
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import time
 import traceback
@@ -96,26 +95,32 @@ class ReliableTask(Task):
 
     @classmethod
     def job_key_spec(cls) -> JobKeySpec:
-        # read from the class: a function stored as attribute would bind as a method
-        return inspect.getattr_static(cls, "job_key")
+        # from the class, as inspect.getattr_static reads it (a stored function would bind)
+        return next(klass.__dict__["job_key"] for klass in cls.__mro__
+                    if "job_key" in klass.__dict__)
 
-    def named_arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The arguments by parameter name. With ``typing=False`` Celery sends a call that does
-        not fit the signature (to fail in the worker), so only its keywords are named then."""
+    def bind_call(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        """The arguments by parameter name (the methods' ``named``: a publish binds once), or
+        None for a call that does not fit, sent with ``typing=False`` to fail in the worker."""
         try:
             return bound_arguments(self.run, args, kwargs)
         except TypeError:
             if self.typing:
                 raise
-            return dict(kwargs)
+            return None
+
+    def named_arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The arguments by parameter name; of a call that does not fit, only its keywords."""
+        return dict(kwargs) if (named := self.bind_call(args, kwargs)) is None else named
 
     def account_of(self, args: Sequence[Any], kwargs: dict[str, Any],
-                   explicit: Any = None) -> str | None:
+                   explicit: Any = None, named: dict[str, Any] | None = None) -> str | None:
         """The account of a job: an explicit ``account=`` wins over ``account_arg``, which wins
         over the task's ``default_account`` and then ``fairqueue_default_account``."""
         account = explicit
         if account is None and self.account_arg:
-            account = self.named_arguments(args, kwargs).get(self.account_arg)
+            named = self.named_arguments(args, kwargs) if named is None else named
+            account = named.get(self.account_arg)
         if account is None or account == "":
             account = self.default_account or settings_for(self.app).default_account
         if account is None or account == "":
@@ -126,20 +131,20 @@ class ReliableTask(Task):
         return normalize_id(str(account))
 
     def business_key(self, account: str | None, args: Sequence[Any],
-                     kwargs: dict[str, Any]) -> str | None:
+                     kwargs: dict[str, Any], named: dict[str, Any] | None = None) -> str | None:
         """The business key a call of this task with ``args``/``kwargs`` for ``account``
         gets (None when the task declares no ``job_key``): what a support tool computes to
         find the job, as ``send_step.business_key("acme", ("acme", 42, "intro", 3), {})``."""
         try:
             return compute_job_key(self.name, account or "", self.job_key_spec(), self.run,
-                                   args, kwargs)
+                                   args, kwargs, named)
         except TypeError:
             if self.typing:
                 raise
             return None  # typing=False and a call that does not bind: it fails in the worker
 
     def job_key_for(self, account: str | None, args: Sequence[Any], kwargs: dict[str, Any],
-                    options: dict[str, Any]) -> str | None:
+                    options: dict[str, Any], named: dict[str, Any] | None = None) -> str | None:
         """The business key of a job about to be sent, taking its options out of ``options``:
         a stored key (a retry's, a replay's) as it is; an explicit ``job_key=`` (beat's
         occurrence key, a caller's own) scoped by task and account, as derived keys are, so
@@ -149,7 +154,7 @@ class ReliableTask(Task):
         if stored:
             return str(stored)
         if explicit is None:
-            return self.business_key(account, args, kwargs)
+            return self.business_key(account, args, kwargs, named)
         if isinstance(explicit, bool) or not isinstance(explicit, (str, int)) or \
                 explicit == "" or len(str(explicit).encode("utf-8", "surrogatepass")) > \
                 MAX_ID_LENGTH:
@@ -355,9 +360,9 @@ class FairTask(ReliableTask):
     Request = "celery_fairqueue.worker.request:FairRequest"
 
     def resolve_account(self, args: Sequence[Any], kwargs: dict[str, Any],
-                        explicit: Any = None) -> str:
+                        explicit: Any = None, named: dict[str, Any] | None = None) -> str:
         """The account a job belongs to, or MissingAccountError naming the task."""
-        account = self.account_of(args, kwargs, explicit)
+        account = self.account_of(args, kwargs, explicit, named)
         if account is None:
             where = f"argument {self.account_arg!r}" if self.account_arg else "account_arg"
             raise MissingAccountError(
