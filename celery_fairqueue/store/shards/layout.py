@@ -42,7 +42,8 @@ class Layout:
 
 class LayoutReading:
     """When this process read the store's layout last, and how it names itself to a reshard:
-    its role (``producer``, or ``worker celery@host`` once a worker's step says so), host and
+    its role (its program's name, ``producer`` without one, or ``worker celery@host`` once a
+    worker's dispatcher says so), host and
     pid, and a token of its own (a forked child is a process of its own)."""
 
     def __init__(self, interval: float, configured: int) -> None:

@@ -181,13 +181,13 @@ class ShardedStore(FairStore):
         is left out for a moment: what the others answered is kept, and the acks it did not
         settle come back in ``Claim.unsettled``; only when no shard answered does the claim
         raise, as a claim of one store does."""
+        self.check_shards()
+        if len(self.shards) == 1:  # a store of one shard: its claim, as it is
+            return self.shards[0].claim(queues, want, token, default_limit, first, acks)
         want = min(want, self.settings.claim_batch) if queues else 0
         by_shard: dict[int, list[Lease]] = {}
         for lease in acks:
             by_shard.setdefault(self._by_tag[lease.store.keys.tag], []).append(lease)
-        self.check_shards()
-        if len(self.shards) == 1:  # a store of one shard: its claim, as it is
-            return self.shards[0].claim(queues, want, token, default_limit, first, acks)
         leases: list[Lease] = []
         expired: list[Lease] = []
         lost: list[str] = []
