@@ -19,7 +19,11 @@ workers). Both kinds' workers run with the harness flags (no gossip, mingle or h
     and Redis CPU per job.
 (4) Idle Redis commands/s with 4 and 16 idle workers (threads -c 4 each).
 (5) What a script call costs Redis before its first command: an empty script, and one that only
-    defines the library helpers (``scripts/lib``), each given the keys and arguments of an enqueue.
+    defines the library helpers (``scripts/lib``), each given the keys and arguments of an enqueue;
+    then the enqueue script beside its floor (``FLOOR``: the seven commands of a keyed enqueue
+    into an account with ready jobs, every string built by the producer, no check and no
+    helper) and an LPUSH of the same message, one call at a time after a producer's work, in
+    turns of ``TURN`` calls each, on one Redis.
 (6) and (7): the exact commands of each script call, and the bytes of a pending job
     (``bench.script_cost``).
 """
@@ -301,6 +305,80 @@ def report_script(server, quick: bool) -> None:
         for _ in range(calls):
             client.evalsha(sha, len(keys), *keys, *args)
         print(f"    {name:18}{command_seconds(client) / calls * 1e6:6.1f} us a call")
+    report_floor(server, store, calls // 4)
+
+
+#: What an enqueue script cannot do without: the commands of a keyed enqueue into an account
+#: with ready jobs, the event stream on (enqueue.lua's count), given every string but those
+#: made of Redis's clock. KEYS: records, stats, the queue's ready set, the event stream, the
+#: business key's string; ARGV: job id, account, the record's head and tail, the event's task
+#: name and arguments, queue, business key.
+FLOOR = """
+local t = redis.call('TIME')
+local seq = '0' .. t[1] .. string.format('%06d', t[2])
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[3] .. seq .. ARGV[4]) == 0 then return {0} end
+redis.call('SET', KEYS[5], ARGV[1], 'NX')
+redis.call('ZLEXCOUNT', KEYS[3], '[' .. ARGV[2] .. '|', '(' .. ARGV[2] .. '}')
+redis.call('HINCRBY', KEYS[2], 'enqueued', 1)
+redis.call('ZADD', KEYS[3], 0, ARGV[2] .. '|' .. seq .. '|' .. ARGV[1])
+redis.call('XADD', KEYS[4], 'NOMKSTREAM', 'MAXLEN', '~', 1000000, '*', 'e', 'enqueued',
+           'job', ARGV[1], 'q', ARGV[7], 'a', ARGV[2], 'k', ARGV[8], 't', ARGV[5],
+           'args', ARGV[6], 'at', seq, 'due', seq)
+return {1, ARGV[1]}
+"""
+TURN = 250
+
+
+def report_floor(server, store, calls: int) -> None:
+    """The enqueue script's Redis time a call beside ``FLOOR``'s and an LPUSH's, each call
+    after building a Celery message as ``.delay()`` does (the producer's work, between the
+    calls of a real producer, is part of the regime: it leaves Redis's caches cold)."""
+    import json
+    import uuid
+
+    from bench import app
+    from bench._common import message
+
+    client = fresh(server, "fair+stream")
+    shard = store.shards[0]
+    shard.forget_recording()
+    enqueue = shard._scripts["enqueue"]
+    floor_sha = client.script_load(FLOOR)
+    queue = store.keys.queue("celery")
+    spent = {"enqueue script": 0.0, "floor": 0.0, "LPUSH": 0.0}
+
+    def call(kind: str, n: int) -> None:
+        task_id = str(uuid.uuid4())
+        body = app.app.amqp.as_task_v2(task_id, "bench.app.fair_keyed_message",
+                                       args=(f"acct{n % 10}", n, message(n))).body
+        args = shard._enqueue_args(queue="celery", account=f"acct{n % 10}",
+                                   job_id=f"{task_id}:0", envelope=json.dumps(body),
+                                   job_key=task_id, task="bench.app.fair_keyed_message",
+                                   shown_args='{"n": 1}')
+        if kind == "LPUSH":
+            client.lpush("celery", args[-1])
+        elif kind == "floor":
+            client.evalsha(floor_sha, 5, store.keys.records, store.keys.stats, queue.ready,
+                           store.keys.events, store.keys.job_key(task_id), f"{task_id}:0",
+                           args[1], args[3], args[-1], args[7], args[8], args[2], args[5])
+        else:
+            enqueue(keys=shard._keys_for("enqueue", [queue]),
+                    args=shard._args_for("enqueue", [*args, ""]), client=client)
+
+    for turn in range(calls // TURN):
+        for kind in spent:
+            client.config_resetstat()
+            for n in range(turn * TURN, (turn + 1) * TURN):
+                call(kind, n)
+            spent[kind] += command_seconds(client, ("lpush",) if kind == "LPUSH"
+                                           else SCRIPT_COMMANDS)
+    done = calls // TURN * TURN
+    # each script stored every job and wrote its event: the full path was measured
+    assert client.hlen(store.keys.records) == client.xlen(store.keys.events) == 2 * done
+    print(f"    one enqueue at a time, {done} calls each, in turns of {TURN}, the event stream on:")
+    for kind, seconds in spent.items():
+        print(f"    {kind:18}{seconds / done * 1e6:6.1f} us a call   "
+              f"enqueue script / this {spent['enqueue script'] / seconds:5.2f}")
 
 
 def main() -> None:

@@ -39,6 +39,13 @@ def _signature(run: Callable[..., Any]) -> inspect.Signature:
     return inspect.signature(run)
 
 
+def _parameters(run: Callable[..., Any]) -> set[str]:
+    try:
+        return set(_signature(run).parameters)
+    except TypeError:  # an unhashable callable
+        return set(inspect.signature(run).parameters)
+
+
 def bound_arguments(run: Callable[..., Any], args: Sequence[Any],
                     kwargs: dict[str, Any]) -> dict[str, Any]:
     """The task's arguments by parameter name, defaults filled in (the signature is read once
@@ -70,6 +77,11 @@ def compute_job_key(task_name: str, account: str, spec: JobKeySpec, run: Callabl
         if named is None:
             named = bound_arguments(run, args, kwargs)
         missing = [name for name in spec if name not in named]
+        if missing and set(missing) <= _parameters(run):
+            # as Python's own call would say: under ``typing=False`` the job goes without a
+            # key, to fail in the worker (FairTask.business_key)
+            raise TypeError(f"task {task_name}: missing a required argument of its job_key: "
+                            f"{missing}")
         if missing:
             raise ConfigurationError(
                 f"task {task_name}: job_key names {missing} that are not among its arguments "

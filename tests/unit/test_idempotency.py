@@ -52,3 +52,8 @@ def test_no_spec_means_no_key():
 def test_unknown_argument_name_is_a_configuration_error_naming_the_task():
     with pytest.raises(ConfigurationError, match="task t: job_key names \\['lead'\\]"):
         compute_job_key("t", "acme", ("lead",), send_step, ("acme", 1, "x"), {})
+
+
+def test_a_key_argument_the_call_leaves_out_is_a_type_error_not_a_configuration_error():
+    with pytest.raises(TypeError, match="task t: missing a required argument of its job_key"):
+        compute_job_key("t", "acme", ("account_id", "lead_id"), send_step, ("acme",), {})

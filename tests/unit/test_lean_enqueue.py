@@ -1,5 +1,6 @@
 """The enqueue's shortcuts give exactly what the long way gave: ids as quote() encodes them,
-script calls packed byte for byte as redis-py packs them, and a keyed call bound once."""
+script calls packed byte for byte as redis-py packs them (a keyed call bound once:
+tests/integration/test_enqueue_arguments.py)."""
 
 from urllib.parse import quote
 
