@@ -39,22 +39,18 @@ def _signature(run: Callable[..., Any]) -> inspect.Signature:
     return inspect.signature(run)
 
 
-def _parameters(run: Callable[..., Any]) -> set[str]:
+def _signature_of(run: Callable[..., Any]) -> inspect.Signature:
     try:
-        return set(_signature(run).parameters)
+        return _signature(run)
     except TypeError:  # an unhashable callable
-        return set(inspect.signature(run).parameters)
+        return inspect.signature(run)
 
 
 def bound_arguments(run: Callable[..., Any], args: Sequence[Any],
                     kwargs: dict[str, Any]) -> dict[str, Any]:
     """The task's arguments by parameter name, defaults filled in (the signature is read once
     per task; the publish path binds a job's arguments once, for its account, key and event)."""
-    try:
-        signature = _signature(run)
-    except TypeError:  # an unhashable callable
-        signature = inspect.signature(run)
-    bound = signature.bind_partial(*args, **kwargs)
+    bound = _signature_of(run).bind_partial(*args, **kwargs)
     bound.apply_defaults()
     return dict(bound.arguments)
 
@@ -77,7 +73,7 @@ def compute_job_key(task_name: str, account: str, spec: JobKeySpec, run: Callabl
         if named is None:
             named = bound_arguments(run, args, kwargs)
         missing = [name for name in spec if name not in named]
-        if missing and set(missing) <= _parameters(run):
+        if missing and set(missing) <= _signature_of(run).parameters.keys():
             # as Python's own call would say: under ``typing=False`` the job goes without a
             # key, to fail in the worker (FairTask.business_key)
             raise TypeError(f"task {task_name}: missing a required argument of its job_key: "
