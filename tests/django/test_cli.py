@@ -191,6 +191,7 @@ def test_both_commands_use_one_set_of_names():
     assert subcommands_of_manage() - set(fairqueue.commands) == {"recorded", "prune"}
 
 
+@pytest.mark.slow
 def test_status_warns_when_no_worker_consumes_a_queue(rel, redis_url, celery_worker_factory):
     rel.send_message.delay("acme", 1)
     warning = "WARNING: queue 'celery' has 1 ready job but no live worker consumes it"
@@ -252,6 +253,7 @@ def test_pausing_an_account_a_reshard_is_moving_says_so_and_asks_to_try_again(re
     assert [p.by for p in store.pauses()] == ["fairqueue reshard"]
 
 
+@pytest.mark.slow
 def test_celery_jobs_cancel_and_run_now(rel, redis_url):
     ready = rel.send_message.delay("acme", 1)
     later = rel.send_message.apply_async(args=("acme", 2), countdown=3600)
@@ -283,6 +285,7 @@ def store_inspector(rel):
     return StoreInspector(rel.app)
 
 
+@pytest.mark.slow
 def test_dlq_show_accepts_the_task_id_as_the_worker_logs_print_it(rel, redis_url):
     bury(rel, "3f2a-77:2", lead=9)
     for name in ("3f2a-77:2", "3f2a-77", f"{SEND}[3f2a-77]"):
@@ -353,6 +356,7 @@ def test_status_counts_an_operator_pause_as_paused_not_deferred(rel, redis_url):
     assert "held" not in accounts.stdout
 
 
+@pytest.mark.slow
 def test_limits_default_sets_the_stores_default_limit_and_status_reports_it(rel, redis_url):
     shown = celery("limits", redis_url=redis_url)
     assert shown.returncode == 0, shown.stderr
@@ -368,6 +372,7 @@ def test_limits_default_sets_the_stores_default_limit_and_status_reports_it(rel,
     assert refused.returncode != 0 and "--default" in refused.stderr
 
 
+@pytest.mark.slow
 def test_limits_account_sets_shows_and_clears_an_accounts_weight(rel, redis_url):
     changed = celery("limits", "--account", "acme", "--weight", "4", "--rate", "10/s",
                      redis_url=redis_url)

@@ -20,6 +20,7 @@ FORMS = (LETTER, TASK_ID, f"{SEND}[{TASK_ID}]", f" {SEND}[{TASK_ID}]: ")
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FORMS)
 def test_every_dlq_command_takes_every_id_form_show_takes(rel, redis_url, name):
     letters = DeadLetters(rel.app)
@@ -57,6 +58,7 @@ def test_manage_dlq_commands_take_every_id_form(rel, name):
     assert DeadLetters(rel.app).count() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_task_id_with_several_letters_is_shown_whole_and_refused_for_a_change(rel, redis_url):
     bury(rel, f"{TASK_ID}:0", lead=1)  # the task, then its replacement (Task.replace)

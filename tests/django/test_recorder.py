@@ -531,6 +531,7 @@ def test_recorder_catches_up_after_postgres_was_down(figure, database, recording
     run_jobs_while(stopped, down_seconds, "postgres down", figure, recording_worker)
 
 
+@pytest.mark.slow
 def test_workers_with_the_recorder_step_record_one_at_a_time(database, start_recording_worker):
     recorded = importlib.import_module("tests.apps.recorded")
     workers = [start_recording_worker(pool) for pool in ("prefork", "threads")]

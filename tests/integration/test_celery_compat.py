@@ -168,6 +168,7 @@ def test_delivery_info_priority_is_zero_when_none_is_given_as_with_the_redis_tra
     assert context["delivery_info"]["priority"] == 0
 
 
+@pytest.mark.slow
 def test_a_countdown_on_a_group_chained_to_a_task_reaches_the_header_tasks(
         compat, celery_worker_factory):
     """Celery's own test_group_or_task_countdown_delays_header: the header tasks see the eta

@@ -53,6 +53,7 @@ def test_inspect_scheduled_lists_a_countdown_job_with_its_eta_and_request(
     assert second["request"]["id"] == exact.id
 
 
+@pytest.mark.slow
 def test_a_delayed_job_is_listed_by_one_worker_of_two(compat, celery_worker_factory):
     workers = [celery_worker_factory("tests.apps.compat", hostname=f"{name}@fairhost")
                for name in ("b", "a")]

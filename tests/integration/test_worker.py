@@ -69,6 +69,7 @@ def test_same_job_enqueued_twice_is_one_job(fair, celery_worker_factory, ledger,
     assert ledger.counts() == {"acme:7": 1}
 
 
+@pytest.mark.slow
 def test_whale_burst_does_not_delay_small_accounts(fair, celery_worker_factory, redis_client,
                                                    fair_store):
     for n in range(200):
