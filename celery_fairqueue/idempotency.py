@@ -73,12 +73,13 @@ def compute_job_key(task_name: str, account: str, spec: JobKeySpec, run: Callabl
         if named is None:
             named = bound_arguments(run, args, kwargs)
         missing = [name for name in spec if name not in named]
-        if missing and set(missing) <= _signature_of(run).parameters.keys():
-            # as Python's own call would say: under ``typing=False`` the job goes without a
-            # key, to fail in the worker (FairTask.business_key)
-            raise TypeError(f"task {task_name}: missing a required argument of its job_key: "
-                            f"{missing}")
         if missing:
+            if set(missing) <= _signature_of(run).parameters.keys():
+                # the call left them out, as Python's own call would say: under
+                # ``typing=False`` the job goes without a key, to fail in the worker
+                # (FairTask.business_key)
+                raise TypeError(f"task {task_name}: missing a required argument of its "
+                                f"job_key: {missing}")
             raise ConfigurationError(
                 f"task {task_name}: job_key names {missing} that are not among its arguments "
                 f"{sorted(named)}")
