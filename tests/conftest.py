@@ -1,5 +1,5 @@
-"""Shared fixtures. The process harness's fixtures (``tests.harness.fixtures``) are registered
-here through ``pytest_plugins``."""
+"""Shared fixtures. The process harness's fixtures (``tests.harness.fixtures``) and the order of
+a parallel run (``tests.harness.parallel``) are registered here through ``pytest_plugins``."""
 
 import importlib
 from collections.abc import Callable, Iterator
@@ -15,39 +15,49 @@ from celery_fairqueue.store.connection.connect import make_client
 from celery_fairqueue.store.formats.keys import Keys
 from celery_fairqueue.store.shards.sharded import ShardedStore
 
-pytest_plugins = ["tests.harness.fixtures"]
+pytest_plugins = ["tests.harness.fixtures", "tests.harness.parallel"]
 
-FIGURES = pytest.StashKey[list[str]]()
 #: A test whose body runs longer than this is marked ``slow``, so ``make check`` leaves it out.
 SLOW_SECONDS = 2.0
 #: The folders ``make check`` runs (with ``-m "not slow"``).
 CHECKED = ("tests/unit/", "tests/integration/", "tests/django/")
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.stash[FIGURES] = []
-
-
 @pytest.fixture
 def figure(request: pytest.FixtureRequest) -> Callable[[str], None]:
-    """``figure("kill storm: ...")``: a measured result, listed at the end of the run."""
+    """``figure("kill storm: ...")``: a measured result, listed at the end of the run.
+
+    The line travels in the test's report (``user_properties``), so the figures of a test that
+    a pytest-xdist worker ran reach the summary, which the controller prints."""
 
     def record(line: str) -> None:
-        request.config.stash[FIGURES].append(line)
+        request.node.user_properties.append(("figure", line))
 
     return record
 
 
+def _reports(terminalreporter: Any) -> list[pytest.TestReport]:
+    """Every test report of the run (from whichever process ran the test), in finishing order."""
+    reports = [report for reports in terminalreporter.stats.values() for report in reports
+               if isinstance(report, pytest.TestReport)]
+    return sorted(reports, key=lambda report: report.stop)
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    if config.stash[FIGURES]:
+    reports = _reports(terminalreporter)
+    # the teardown report holds every line the test recorded, its fixtures' included
+    figures = [str(value) for report in reports if report.when == "teardown"
+               for name, value in report.user_properties if name == "figure"]
+    if figures:
         terminalreporter.section("figures")
-        for line in config.stash[FIGURES]:
+        for line in figures:
             terminalreporter.write_line(line)
     # the call alone: a session server's start lands in the setup of whichever test comes first;
-    # times swing with the machine's load, so mark a test that keeps showing up here
-    unmarked = sorted((report.duration, report.nodeid)
-                      for report in terminalreporter.stats.get("passed", [])
-                      if report.when == "call" and report.duration > SLOW_SECONDS
+    # times swing with the machine's load (and with a parallel run's neighbours), so mark a test
+    # that keeps showing up here
+    unmarked = sorted((report.duration, report.nodeid) for report in reports
+                      if report.when == "call" and report.passed
+                      and report.duration > SLOW_SECONDS
                       and "slow" not in report.keywords and report.nodeid.startswith(CHECKED))
     if unmarked:
         terminalreporter.section(f"over {SLOW_SECONDS:g} s, not marked slow (make check runs them)")

@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from tests.harness.postgres import PostgresServer, find_postgres_bindir
+from tests.harness.processes import xdist_worker_number
 from tests.harness.redis_server import (
     REDIS_PORT_ENV,
     REDIS_URL_ENV,
@@ -28,12 +29,16 @@ from tests.harness.workers import WorkerProcess
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """The session's Redis, on a free port (or ``$FAIRQUEUE_TEST_REDIS_PORT``).
+    """The session's Redis, on a free port (or ``$FAIRQUEUE_TEST_REDIS_PORT``, plus n - 1 in
+    pytest-xdist's worker ``gw<n-1>``). Each xdist worker is a session of its own, so each has
+    its own server.
 
     Its URL is also exported as ``$FAIRQUEUE_TEST_REDIS_URL`` in the test process, so test apps
     that read it at import time can be imported by the tests themselves.
     """
-    port = int(os.environ[REDIS_PORT_ENV]) if os.environ.get(REDIS_PORT_ENV) else None
+    port = None
+    if os.environ.get(REDIS_PORT_ENV):
+        port = int(os.environ[REDIS_PORT_ENV]) + max(xdist_worker_number() - 1, 0)
     server = RedisServer(tmp_path_factory.mktemp("redis"), port=port)
     with pytest.MonkeyPatch.context() as mp:
         try:
@@ -162,7 +167,8 @@ def pytest_runtest_makereport(
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PostgresServer]:
-    """A throwaway PostgreSQL cluster for the session (use it from tests marked ``postgres``).
+    """A throwaway PostgreSQL cluster for the session (use it from tests marked ``postgres``):
+    one per pytest-xdist worker, each on its own port and directory.
 
     Skipped when no server binaries exist; under CI (``$CI`` set) that is an error instead, so a
     missing install step cannot pass as green.

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
+import random
 import signal
 import socket
 import time
@@ -19,11 +21,47 @@ def _die_with_parent() -> None:
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
+#: The harness's ports lie below the kernel's ephemeral range (32768-60999 on Linux): a client
+#: connection's local port is never one of them, so none can take a port between the check and
+#: the server's bind.
+PORT_LOW, PORT_HIGH = 10000, 32767
+#: Each pytest-xdist worker draws from its own residue class of the range (``gw0`` class 1,
+#: ``gw1`` class 2, a run without xdist class 0), so two workers never pick the same port.
+PORT_CLASSES = 16
+#: Ports handed out lately, which this process does not hand out again: a caller may take
+#: several (a cluster's six nodes, RabbitMQ's three) before it starts the first server.
+_recent: collections.deque[int] = collections.deque(maxlen=512)
+
+
+def xdist_worker_number() -> int:
+    """1 for pytest-xdist's ``gw0``, 2 for ``gw1``, ...; 0 outside xdist (a serial run, a bench)."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(name[2:]) + 1 if name.startswith("gw") and name[2:].isdigit() else 0
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(span: int = 0) -> int:
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now, from this xdist
+    worker's own share of the range; with ``span``, ``port + span`` is free too (a Redis
+    Cluster node's bus port)."""
+    residue = xdist_worker_number() % PORT_CLASSES
+    classes = (PORT_HIGH - span - PORT_LOW) // PORT_CLASSES
+    for _ in range(1000):
+        port = PORT_LOW + random.randrange(classes) * PORT_CLASSES + residue
+        wanted = (port, port + span) if span else (port,)
+        if any(p in _recent for p in wanted) or not all(_bindable(p) for p in wanted):
+            continue
+        _recent.extend(wanted)
+        return port
+    raise RuntimeError(f"no free port in {PORT_LOW}-{PORT_HIGH} (class {residue})")
 
 
 def tail(path: Path, lines: int = 60) -> str:

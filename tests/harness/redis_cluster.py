@@ -6,9 +6,7 @@ for the scale-out bench's smaller clusters."""
 from __future__ import annotations
 
 import contextlib
-import random
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,31 +14,21 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from tests.harness.processes import tail, wait_until
+from tests.harness.processes import free_port, tail, wait_until
 from tests.harness.redis_server import RedisServer
 
 #: How long a primary may be silent before the others call it failed and its replica takes
 #: over. Short, so a failover takes a couple of seconds; not shorter, so a busy 2-core machine
 #: does not fail over a primary that is only slow.
 NODE_TIMEOUT_MS = 1500
-#: A cluster node also listens on its port + 10000 (the cluster bus), so its port is at most
-#: 55535 and both must be free.
+#: A cluster node also listens on its port + 10000 (the cluster bus), and both must be free.
 BUS_OFFSET = 10000
 HASH_SLOTS = 16384
 
 
 def free_cluster_port() -> int:
     """A port on 127.0.0.1 that is free, as is the bus port 10000 above it."""
-    for _ in range(200):
-        port = random.randrange(20000, 65535 - BUS_OFFSET)
-        with socket.socket() as one, socket.socket() as bus:
-            try:
-                one.bind(("127.0.0.1", port))
-                bus.bind(("127.0.0.1", port + BUS_OFFSET))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port pair for a cluster node")
+    return free_port(span=BUS_OFFSET)
 
 
 class ClusterGroup:

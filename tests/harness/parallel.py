@@ -1,0 +1,52 @@
+"""How ``make test`` spreads the suite over pytest-xdist workers (registered by
+``tests/conftest.py`` through ``pytest_plugins``).
+
+Each xdist worker is a pytest session of its own, so the session fixtures (``redis_server``,
+``pg_server``) already give each worker its own servers; ``free_port`` gives each worker its own
+share of the ports. What is left is the order: xdist hands tests out in collection order, a few
+at a time, so a long test collected last would run alone at the end while the other workers
+idle. Under xdist the longest tests go first: by the time each took in the last run that
+recorded it (pytest's cache), else the ``slow`` mark.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+#: pytest's cache key of each test's last call duration (seconds, by node id).
+DURATIONS_KEY = "fairqueue/durations"
+#: The call durations this process saw (in xdist's controller, every worker's).
+_durations: dict[str, float] = {}
+
+
+def _under_xdist(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest first, in an xdist worker (every worker sorts alike, as xdist requires)."""
+    if not _under_xdist(config) or config.cache is None:
+        return
+    known: dict[str, float] = config.cache.get(DURATIONS_KEY, {})
+
+    def longest_first(item: pytest.Item) -> float:
+        guess = 2.0 if item.get_closest_marker("slow") else 0.0
+        return -known.get(item.nodeid, guess)
+
+    items.sort(key=longest_first)  # stable: ties keep the collection order
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and report.passed:
+        _durations[report.nodeid] = report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Remember the durations for the next run's order (the controller, or a serial run)."""
+    config = session.config
+    if _under_xdist(config) or config.cache is None or not _durations:
+        return
+    known: dict[str, float] = config.cache.get(DURATIONS_KEY, {})
+    known.update({nodeid: round(seconds, 2) for nodeid, seconds in _durations.items()})
+    config.cache.set(DURATIONS_KEY, known)
