@@ -37,9 +37,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=longest_first)  # stable: ties keep the collection order
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" and report.passed:
         _durations[report.nodeid] = report.duration
+    _sendable(report)
+
+
+def _text(value: str) -> str:
+    """``value`` as UTF-8 can carry it: a lone surrogate becomes ``\\udcff``."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _sendable(report: pytest.TestReport) -> None:
+    """Make a report fit for the wire to xdist's controller, which is UTF-8: the hostile-value
+    tests log lone surrogates, which the worker would otherwise die on while sending (an
+    INTERNALERROR that ends the run). Runs before xdist's own hook sends the report."""
+    report.sections = [(_text(title), _text(content)) for title, content in report.sections]
+    report.user_properties = [(name, _text(value) if isinstance(value, str) else value)
+                              for name, value in report.user_properties]
+    if report.longrepr is not None:
+        try:
+            str(report.longrepr).encode("utf-8")
+        except UnicodeEncodeError:
+            report.longrepr = _text(str(report.longrepr))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
