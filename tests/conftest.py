@@ -2,6 +2,7 @@
 a parallel run (``tests.harness.parallel``) are registered here through ``pytest_plugins``."""
 
 import importlib
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -43,6 +44,13 @@ def _reports(terminalreporter: Any) -> list[pytest.TestReport]:
     return sorted(reports, key=lambda report: report.stop)
 
 
+def _crowding(config: pytest.Config) -> float:
+    """How much longer a test takes beside its neighbours of a pytest-xdist run than alone: as
+    many times as there are workers per core (1 in a serial run)."""
+    workers = getattr(config.option, "numprocesses", None) or 0
+    return max(1.0, workers / (os.cpu_count() or 1))
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     reports = _reports(terminalreporter)
     # the teardown report holds every line the test recorded, its fixtures' included
@@ -53,14 +61,14 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         for line in figures:
             terminalreporter.write_line(line)
     # the call alone: a session server's start lands in the setup of whichever test comes first;
-    # times swing with the machine's load (and with a parallel run's neighbours), so mark a test
-    # that keeps showing up here
+    # times swing with the machine's load, so mark a test that keeps showing up here
+    limit = SLOW_SECONDS * _crowding(config)
     unmarked = sorted((report.duration, report.nodeid) for report in reports
-                      if report.when == "call" and report.passed
-                      and report.duration > SLOW_SECONDS
+                      if report.when == "call" and report.passed and report.duration > limit
                       and "slow" not in report.keywords and report.nodeid.startswith(CHECKED))
     if unmarked:
-        terminalreporter.section(f"over {SLOW_SECONDS:g} s, not marked slow (make check runs them)")
+        alone = f" in a parallel run ({SLOW_SECONDS:g} s alone)" if limit > SLOW_SECONDS else ""
+        terminalreporter.section(f"over {limit:g} s{alone}, not marked slow (make check runs them)")
         for seconds, nodeid in reversed(unmarked):
             terminalreporter.write_line(f"{seconds:6.2f}s {nodeid}")
 

@@ -20,7 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "celery_fairqueue"
 
-pytestmark = pytest.mark.slow
+# one xdist worker builds the wheel and the sdist once for all of them (the module's fixture)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]
 
 
 def _data_files() -> set[str]:

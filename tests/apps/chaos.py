@@ -32,8 +32,8 @@ FAST = RetryPolicy(base=0.05, cap=0.2, max_attempts=4)
 fake_api = IdempotentAPI(r)
 
 
-@app.task(base=FairTask, bind=True, account_arg="account_id", job_key=("account_id", "lead_id"),
-          retry_policy=FAST)
+@app.task(shared=False, base=FairTask, bind=True, account_arg="account_id",
+          job_key=("account_id", "lead_id"), retry_policy=FAST)
 def storm_job(self, account_id: str, lead_id: int, seconds: float = 0.015) -> str:
     """A short job with one side effect; it never fails on purpose."""
     time.sleep(seconds)

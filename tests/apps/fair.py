@@ -36,7 +36,8 @@ def _record(key: str, account: str, started: float) -> None:
                                       "redis_end": seconds + micros / 1e6}))
 
 
-@app.task(base=FairTask, bind=True, account_arg="account_id", job_key=("account_id", "n"))
+@app.task(shared=False, base=FairTask, bind=True, account_arg="account_id",
+          job_key=("account_id", "n"))
 def job(self, account_id: str, n: int, seconds: float = 0.0) -> int:
     started = time.time()
     _ledger.hincrby("starts", f"{account_id}:{n}", 1)
@@ -46,36 +47,38 @@ def job(self, account_id: str, n: int, seconds: float = 0.0) -> int:
     return n
 
 
-@app.task(base=FairTask, bind=True, account_arg="account_id", job_key=("account_id", "n"),
-          acks_late=False)
+@app.task(shared=False, base=FairTask, bind=True, account_arg="account_id",
+          job_key=("account_id", "n"), acks_late=False)
 def acked_early(self, account_id: str, n: int) -> int:
     """Acked before it runs (a user's ``acks_late=False``): its run writes its done marker."""
     _record(f"early:{account_id}:{n}", account_id, time.time())
     return n
 
 
-@app.task(base=FairTask, bind=True, account_arg="account_id")
+@app.task(shared=False, base=FairTask, bind=True, account_arg="account_id")
 def urgent(self, account_id: str, n: int) -> int:
     _record(f"urgent:{account_id}:{n}", account_id, time.time())
     return n
 
 
-@app.task(base=FairTask, bind=True, account_arg="account_id", job_key=("account_id", "n"))
-def flaky(self, account_id: str, n: int, failures: int) -> int:
-    """Fails ``failures`` times through ``self.retry``, then succeeds."""
+@app.task(shared=False, base=FairTask, bind=True, account_arg="account_id",
+          job_key=("account_id", "n"))
+def flaky(self, account_id: str, n: int, failures: int, countdown: float = 0.2) -> int:
+    """Fails ``failures`` times through ``self.retry`` (``countdown`` seconds apart), then
+    succeeds."""
     if self.request.retries < failures:
-        raise self.retry(countdown=0.2, max_retries=failures + 1)
+        raise self.retry(countdown=countdown, max_retries=failures + 1)
     _record(f"flaky:{account_id}:{n}", account_id, time.time())
     return self.request.retries
 
 
-@app.task(base=FairTask, bind=True)
+@app.task(shared=False, base=FairTask, bind=True)
 def context(self, account_id: str) -> dict:
     return {"job_key": self.request.job_key, "account": self.request.fairqueue_account,
             "eta": self.request.eta, "delivery_info": self.request.delivery_info}
 
 
-@app.task
+@app.task(shared=False)
 def plain(key: str) -> str:
     record_side_effect(_ledger, key)
     return key

@@ -57,13 +57,14 @@ def _echo(task, account, payload, kwargs):
         raise PermanentError(ERROR_PREFIX + text)
 
 
-@app.task(base=FairTask, bind=True, account_arg="account")
+@app.task(shared=False, base=FairTask, bind=True, account_arg="account")
 def echo(self, account, payload, **kwargs):
     """No business key: any JSON payload (NaN included) can be enqueued."""
     _echo(self, account, payload, kwargs)
 
 
-@app.task(base=FairTask, bind=True, account_arg="account", job_key=("account", "payload"))
+@app.task(shared=False, base=FairTask, bind=True, account_arg="account",
+          job_key=("account", "payload"))
 def echo_keyed(self, account, payload, **kwargs):
     """Keyed by (account, payload): the key hashes canonical JSON, so NaN/inf are refused."""
     _echo(self, account, payload, kwargs)

@@ -26,30 +26,30 @@ app.conf.update(
 _ledger = redis.Redis.from_url(REDIS_URL)
 
 
-@app.task
+@app.task(shared=False)
 def add(x: int, y: int) -> int:
     return x + y
 
 
-@app.task
+@app.task(shared=False)
 def record(key: str) -> str:
     record_side_effect(_ledger, key)
     return key
 
 
-@app.task
+@app.task(shared=False)
 def sleep_then_record(key: str, seconds: float) -> str:
     time.sleep(seconds)
     return record(key)
 
 
-@app.task
+@app.task(shared=False)
 def worker_pid() -> int:
     """PID of the process that ran the task: a pool child under prefork."""
     return os.getpid()
 
 
-@app.task
+@app.task(shared=False)
 def spawn_sleeper(seconds: float = 60) -> int:
     """Start a grandchild process in the worker's process group and return its PID.
 

@@ -59,15 +59,15 @@ def fail_as_told(lead_id: int) -> None:
 fake_api = IdempotentAPI(r)
 
 
-@app.task(base=FairTask, bind=True, account_arg="account_id", job_key=("account_id", "lead_id"),
-          retry_policy=FAST)
+@app.task(shared=False, base=FairTask, bind=True, account_arg="account_id",
+          job_key=("account_id", "lead_id"), retry_policy=FAST)
 def send_message(self, account_id: str, lead_id: int) -> str:
     fail_as_told(lead_id)
     return fake_api(self.request.job_key, f"{account_id}:{lead_id}")
 
 
-@app.task(base=FairTask, bind=True, account_arg="account_id", job_key=("account_id", "lead_id"),
-          retry_policy=FAST)
+@app.task(shared=False, base=FairTask, bind=True, account_arg="account_id",
+          job_key=("account_id", "lead_id"), retry_policy=FAST)
 def send_then_linger(self, account_id: str, lead_id: int, linger: float) -> str:
     """The API-idempotency-key path: a crash after the call makes the rerun call again."""
     started = time.time()
@@ -85,7 +85,7 @@ class Reconciled(FairTask):
         return r.get(f"sent:{job_key}")
 
 
-@app.task(base=Reconciled, bind=True, account_arg="account_id",
+@app.task(shared=False, base=Reconciled, bind=True, account_arg="account_id",
           job_key=("account_id", "lead_id"), retry_policy=FAST)
 def send_reconciled(self, account_id: str, lead_id: int, linger: float) -> str:
     r.hincrby("starts", f"{account_id}:{lead_id}", 1)
@@ -99,8 +99,8 @@ def send_reconciled(self, account_id: str, lead_id: int, linger: float) -> str:
     return f"ext-{lead_id}"
 
 
-@app.task(base=FairTask, bind=True, account_arg="account_id", job_key=("account_id", "lead_id"),
-          retry_policy=FAST)
+@app.task(shared=False, base=FairTask, bind=True, account_arg="account_id",
+          job_key=("account_id", "lead_id"), retry_policy=FAST)
 def storm_job(self, account_id: str, lead_id: int, seconds: float = 0.03) -> str:
     """A short job for the kill storm; one in a hundred fails permanently."""
     if lead_id % 100 == 99:
@@ -109,7 +109,7 @@ def storm_job(self, account_id: str, lead_id: int, seconds: float = 0.03) -> str
     return fake_api(self.request.job_key, f"{account_id}:{lead_id}")
 
 
-@app.task(base=ReliableTask, bind=True, account_arg="account_id",
+@app.task(shared=False, base=ReliableTask, bind=True, account_arg="account_id",
           job_key=("account_id", "lead_id"), retry_policy=FAST, redact=("email",))
 def plain_send(self, account_id: str, lead_id: int, email: str = "") -> str:
     """A plain Celery task (broker, no fair queue) with the reliable base class."""
@@ -118,7 +118,7 @@ def plain_send(self, account_id: str, lead_id: int, email: str = "") -> str:
     return fake_api(self.request.job_key, f"plain:{lead_id}")
 
 
-@app.task(base=FairTask, bind=True, account_arg="account_id", retry_policy=FAST,
+@app.task(shared=False, base=FairTask, bind=True, account_arg="account_id", retry_policy=FAST,
           redact=("email", "phone"))
 def notify(self, account_id: str, lead_id: int, email: str, profile: dict | None = None) -> str:
     """Quotes its secrets carelessly: in its error text when ``lead_id`` is odd, else in its
@@ -128,7 +128,7 @@ def notify(self, account_id: str, lead_id: int, email: str, profile: dict | None
     return f"sent to {email}"
 
 
-@app.task(base=FairTask, bind=True, account_arg="account_id",
+@app.task(shared=False, base=FairTask, bind=True, account_arg="account_id",
           job_key=("account_id", "lead_id", "step", "campaign_rev"), retry_policy=FAST,
           redact=("email",))
 def send_step(self, account_id: str, lead_id: int, step: str, campaign_rev: int,

@@ -30,7 +30,8 @@ _ledger = redis.Redis.from_url(REDIS_URL, decode_responses=True)
 _records = [Keys("fairqueue", n).records for n in range(MOST_SHARDS)]
 
 
-@app.task(base=FairTask, bind=True, account_arg="account_id", job_key=("account_id", "n"))
+@app.task(shared=False, base=FairTask, bind=True, account_arg="account_id",
+          job_key=("account_id", "n"))
 def work(self, account_id: str, n: int) -> int:
     job_id = delivery_id(self.request.id, self.request.retries)
     pipe = _ledger.pipeline(transaction=False)

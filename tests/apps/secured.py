@@ -23,7 +23,8 @@ celery_fairqueue.install(app)
 _ledger = redis.Redis.from_url(REDIS_URL, decode_responses=True)
 
 
-@app.task(base=FairTask, bind=True, account_arg="account_id", job_key=("account_id", "n"))
+@app.task(shared=False, base=FairTask, bind=True, account_arg="account_id",
+          job_key=("account_id", "n"))
 def job(self, account_id: str, n: int) -> int:
     record_side_effect(_ledger, f"{account_id}:{n}")
     return n

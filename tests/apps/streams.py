@@ -21,7 +21,7 @@ app.conf.update(fairqueue_shards=SHARDS, fairqueue_key_prefix="fqstreams")
 celery_fairqueue.install(app)
 
 
-@app.task(base=FairTask, bind=True, account_arg="account_id")
+@app.task(shared=False, base=FairTask, bind=True, account_arg="account_id")
 def job(self, account_id: str, n: int) -> int:
     return n
 

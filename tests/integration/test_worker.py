@@ -220,7 +220,9 @@ def test_every_transition_reaches_the_event_stream_once_a_recorder_listens(
     assert not fair_store.client.exists(fair_store.keys.events)
     reader.ensure_group()
     celery_worker_factory(APP)
-    flaky_result = fair.flaky.delay("acme", 1, 1)
+    # a retry 1 s out: one a busy machine stalls for 0.2 s between reading the clock and
+    # storing the retry would be due already, ready at once, never delayed nor promoted
+    flaky_result = fair.flaky.delay("acme", 1, 1, 1.0)
     flaky_result.get(timeout=20)
     set_account_limit(fair.app, "slow", rate="1/h", burst=1)
     slow_first = fair.job.delay("slow", 1)
