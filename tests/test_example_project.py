@@ -57,6 +57,7 @@ def test_demo_workload_sends_one_message_per_business_key(
     assert rows == [("acme", 6, 6), ("globex", 3, 3), ("initech", 1, 1)]
 
 
+@pytest.mark.xdist_group("cpu-a")  # keeps a core busy: see tests/harness/parallel.py
 @pytest.mark.slow
 def test_the_demo_once_runs_the_workload_and_stops_what_it_started(tmp_path):
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}"}
@@ -93,6 +94,7 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.xdist_group("cpu-b")  # keeps a core busy: see tests/harness/parallel.py
 @pytest.mark.slow
 def test_the_demo_stays_up_without_a_terminal_until_sigterm(tmp_path):
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}"}

@@ -7,6 +7,11 @@ share of the ports. What is left is the order: xdist hands tests out in collecti
 at a time, so a long test collected last would run alone at the end while the other workers
 idle. Under xdist the longest tests go first: by the time each took in the last run that
 recorded it (pytest's cache), else the ``slow`` mark.
+
+A few tests keep a core busy for half a minute or more (a storm of jobs, a reshard under load,
+the demo, a fresh interpreter per module). Beside each other on 2 cores they starve everything,
+their own deadlines included, so they are split into two groups (``xdist_group("cpu-a")`` and
+``"cpu-b"``): each group runs on one worker, one test after another, so at most two run at once.
 """
 
 from __future__ import annotations

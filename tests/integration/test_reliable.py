@@ -195,6 +195,7 @@ def test_plain_reliable_task_retries_and_dead_letters_too(rel, celery_worker_fac
     assert letter.queue == "celery"
 
 
+@pytest.mark.xdist_group("cpu-b")  # keeps a core busy: see tests/harness/parallel.py
 @pytest.mark.reliability
 @pytest.mark.slow
 def test_kill_storm_loses_nothing_and_duplicates_nothing(figure, rel, celery_worker_factory,

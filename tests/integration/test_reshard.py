@@ -82,6 +82,23 @@ class Producer(threading.Thread):
         return self.sent
 
 
+@pytest.fixture
+def start_producer():
+    """``start_producer(task, accounts, first)``: a started Producer, stopped at the end of the
+    test even when it fails (else it would go on enqueueing into the next test's Redis)."""
+    producers: list[Producer] = []
+
+    def start(task, accounts: int, first: int) -> Producer:
+        producer = Producer(task, accounts, first)
+        producers.append(producer)
+        producer.start()
+        return producer
+
+    yield start
+    for producer in producers:
+        producer.stop()
+
+
 def layouts_read(redis_client) -> dict[str, str]:
     """Each live process's name -> the layout it read last (read_layout.lua)."""
     return {seen.partition(" ")[2].partition(" ")[2]: seen.partition(" ")[0]
@@ -97,9 +114,10 @@ def producing_app(shards: int):
     return mod
 
 
+@pytest.mark.xdist_group("cpu-a")  # keeps a core busy: see tests/harness/parallel.py
 @pytest.mark.slow
 def test_a_reshard_under_load_killed_midway_is_finished_by_a_rerun(
-        redis_server, redis_client, celery_worker_factory, ledger):
+        redis_server, redis_client, celery_worker_factory, ledger, start_producer):
     mod = producing_app(4)
     accounts, preload = 120, 1200
     for n in range(preload):
@@ -107,8 +125,7 @@ def test_a_reshard_under_load_killed_midway_is_finished_by_a_rerun(
     expected = [f"acct{n % accounts}:{n}" for n in range(preload)]
     for _ in range(2):
         celery_worker_factory(APP, concurrency=2, env={"FQ_SHARDS": "4"})
-    producer = Producer(mod.work, accounts, preload)
-    producer.start()
+    producer = start_producer(mod.work, accounts, preload)
     assert wait_until(lambda: len(ledger) > 100, timeout=20)
 
     killed = reshard(redis_server.url, 16, kill="40:in")
@@ -134,18 +151,17 @@ def test_a_reshard_under_load_killed_midway_is_finished_by_a_rerun(
     assert wait_until(lambda: placed(redis_client, 16) == {}, timeout=20)
 
 
+@pytest.mark.xdist_group("cpu-b")  # keeps a core busy: see tests/harness/parallel.py
 @pytest.mark.slow
 def test_a_store_of_one_shard_moved_to_8_then_16_under_load_with_no_restart(
-        redis_server, redis_client, celery_worker_factory, ledger):
+        redis_server, redis_client, celery_worker_factory, ledger, start_producer):
     """The first reshard every growing store meets: producers and workers configured with one
     shard, nothing restarted, each move SIGKILLed halfway and run again."""
     mod = producing_app(1)
     accounts = 120
     workers = [celery_worker_factory(APP, concurrency=2, env={"FQ_SHARDS": "1"})
                for _ in range(2)]
-    producers = [Producer(mod.work, accounts, first) for first in (0, 10_000_000)]
-    for producer in producers:
-        producer.start()
+    producers = [start_producer(mod.work, accounts, first) for first in (0, 10_000_000)]
     assert wait_until(lambda: len(ledger) > 100, timeout=20)
     for to, kill in ((8, "40:in"), (16, "30:out")):
         killed = reshard(redis_server.url, to, kill=kill)

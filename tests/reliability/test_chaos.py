@@ -142,6 +142,7 @@ def failed(future) -> bool:
     return future.done() and future.exception() is not None
 
 
+@pytest.mark.xdist_group("cpu-b")  # keeps a core busy: see tests/harness/parallel.py
 def test_chaos_storm_loses_nothing_and_no_redis_reply_stops_a_worker(
         figure, chaos, store_redis, celery_worker_factory, redis_client, ledger):
     env = {"FQ_STORE_REDIS_URL": store_redis.url, "FQ_LEASE_SECONDS": "4",

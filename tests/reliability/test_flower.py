@@ -53,7 +53,10 @@ def tasks(url: str) -> dict:
 def test_flower_lists_fair_tasks_with_their_states(flower, redis_server, redis_client,
                                                    celery_worker_factory):
     compat = importlib.import_module(APP)
-    celery_worker_factory(APP, concurrency=2, args=("-E",))  # task events, as Flower needs
+    # task events, as Flower needs; one thread, so that a retry's task-retried event is sent
+    # before its next attempt runs: with two, flaky's last attempt (retried with no delay) can
+    # fail on the other thread first, and Flower shows the state of the event it got last
+    celery_worker_factory(APP, concurrency=1, args=("-E",))
     ok = compat.add.delay(2, 3)
     bad = compat.boom.delay(1)
     flaky = compat.flaky.delay(1)  # retried twice by its autoretry_for, then fails

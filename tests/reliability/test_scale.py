@@ -2,6 +2,8 @@
 
 import time
 
+import pytest
+
 from celery_fairqueue.envelope import Envelope
 from celery_fairqueue.limits import AccountLimit
 from tests.harness import wait_until
@@ -22,6 +24,7 @@ BOOKKEEPING = {"{fairqueue}:queues", "{fairqueue}:stats",
 CONFIGURATION = {"{fairqueue}:defaultlimit", "{fairqueue}:limits", "{fairqueue}:shards"}
 
 
+@pytest.mark.xdist_group("cpu-a")  # keeps a core busy: see tests/harness/parallel.py
 def test_many_accounts_cost_little_memory_and_leave_no_keys_behind(make_store, redis_client,
                                                                    figure):
     store = make_store(job_retention=0.5)

@@ -191,6 +191,7 @@ def _imports_alone(name: str) -> str:
     return "" if done.returncode == 0 else done.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.xdist_group("cpu-a")  # keeps a core busy: see tests/harness/parallel.py
 @pytest.mark.slow
 def test_every_module_of_the_package_imports_first_in_a_fresh_interpreter():
     """An import circle that a lazy import or an ``__init__`` hides fails here: each module is
