@@ -1,5 +1,6 @@
-"""Shared fixtures. The process harness's fixtures (``tests.harness.fixtures``) and the order of
-a parallel run (``tests.harness.parallel``) are registered here through ``pytest_plugins``."""
+"""Shared fixtures. The process harness's fixtures (``tests.harness.fixtures``), the order of a
+parallel run (``tests.harness.parallel``) and the session's PostgreSQL alias
+(``tests.django.databases``) are registered here through ``pytest_plugins``."""
 
 import importlib
 import os
@@ -16,7 +17,7 @@ from celery_fairqueue.store.connection.connect import make_client
 from celery_fairqueue.store.formats.keys import Keys
 from celery_fairqueue.store.shards.sharded import ShardedStore
 
-pytest_plugins = ["tests.harness.fixtures", "tests.harness.parallel"]
+pytest_plugins = ["tests.harness.fixtures", "tests.harness.parallel", "tests.django.databases"]
 
 #: A test whose body runs longer than this is marked ``slow``, so ``make check`` leaves it out.
 SLOW_SECONDS = 2.0

@@ -4,7 +4,8 @@ Tests that take the ``database`` fixture run on SQLite (the ``default`` alias, a
 PostgreSQL (the ``postgres`` alias, the session's ``pg_server``). Collection marks the
 PostgreSQL variants ``postgres`` and lets them use both aliases; the cluster starts only when
 such a test was collected, and those variants are skipped when no PostgreSQL is installed
-(outside CI, like ``pg_server`` itself).
+(outside CI, like ``pg_server`` itself). Where the ``postgres`` alias points is
+``tests/django/databases.py``'s, for every test.
 """
 
 from __future__ import annotations
@@ -16,21 +17,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from celery import Celery
-from django.conf import settings
 from django.db import connections
 
 from celery_fairqueue.contrib.django.recorder import Recorder
 from celery_fairqueue.store import store_for
+from tests.django.databases import PG_ALIAS, _on_postgres
 from tests.django.settings import FairqueueRouter
-from tests.harness import PostgresServer, find_postgres_bindir
-
-PG_ALIAS = "postgres"
-PG_TEST_DATABASE = "fairqueue_test"
-
-
-def _on_postgres(item: pytest.Item) -> bool:
-    callspec = getattr(item, "callspec", None)
-    return callspec is not None and callspec.params.get("database") == PG_ALIAS
+from tests.harness import find_postgres_bindir
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -46,20 +39,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         options = dict(marker.kwargs) if marker else {}
         options["databases"] = ["default", PG_ALIAS]
         item.add_marker(pytest.mark.django_db(**options), append=False)
-
-
-@pytest.fixture(scope="session")
-def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None,
-                                 request: pytest.FixtureRequest) -> None:
-    """Point the ``postgres`` alias at the session's cluster when a test will use it."""
-    if not any(_on_postgres(item) and not item.get_closest_marker("skip")
-               for item in request.session.items):
-        return
-    server: PostgresServer = request.getfixturevalue("pg_server")
-    alias = settings.DATABASES[PG_ALIAS]
-    alias.update(ENGINE="django.db.backends.postgresql", NAME="postgres", USER="postgres",
-                 HOST="127.0.0.1", PORT=server.port)
-    alias["TEST"]["NAME"] = PG_TEST_DATABASE
 
 
 @pytest.fixture(params=["default", PG_ALIAS])

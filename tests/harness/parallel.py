@@ -31,9 +31,10 @@ def _under_xdist(config: pytest.Config) -> bool:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest first, in an xdist worker (every worker sorts alike, as xdist requires)."""
-    if not _under_xdist(config) or config.cache is None:
+    cache = getattr(config, "cache", None)  # None with -p no:cacheprovider
+    if not _under_xdist(config):
         return
-    known: dict[str, float] = config.cache.get(DURATIONS_KEY, {})
+    known: dict[str, float] = cache.get(DURATIONS_KEY, {}) if cache is not None else {}
 
     def longest_first(item: pytest.Item) -> float:
         guess = 2.0 if item.get_closest_marker("slow") else 0.0
@@ -71,8 +72,9 @@ def _sendable(report: pytest.TestReport) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Remember the durations for the next run's order (the controller, or a serial run)."""
     config = session.config
-    if _under_xdist(config) or config.cache is None or not _durations:
+    cache = getattr(config, "cache", None)
+    if _under_xdist(config) or cache is None or not _durations:
         return
-    known: dict[str, float] = config.cache.get(DURATIONS_KEY, {})
+    known: dict[str, float] = cache.get(DURATIONS_KEY, {})
     known.update({nodeid: round(seconds, 2) for nodeid, seconds in _durations.items()})
-    config.cache.set(DURATIONS_KEY, known)
+    cache.set(DURATIONS_KEY, known)

@@ -158,10 +158,14 @@ def test_a_store_of_one_shard_moved_to_8_then_16_under_load_with_no_restart(
     """The first reshard every growing store meets: producers and workers configured with one
     shard, nothing restarted, each move SIGKILLed halfway and run again."""
     mod = producing_app(1)
-    accounts = 120
+    accounts, preload = 120, 1200
+    # a backlog before the workers start, as in the test above: each move meets waiting jobs
+    # even where the workers outrun the producers (a busy machine starves the producers' thread)
+    for n in range(preload):
+        mod.work.delay(f"acct{n % accounts}", n)
     workers = [celery_worker_factory(APP, concurrency=2, env={"FQ_SHARDS": "1"})
                for _ in range(2)]
-    producers = [start_producer(mod.work, accounts, first) for first in (0, 10_000_000)]
+    producers = [start_producer(mod.work, accounts, first) for first in (preload, 10_000_000)]
     assert wait_until(lambda: len(ledger) > 100, timeout=20)
     for to, kill in ((8, "40:in"), (16, "30:out")):
         killed = reshard(redis_server.url, to, kill=kill)
@@ -174,7 +178,8 @@ def test_a_store_of_one_shard_moved_to_8_then_16_under_load_with_no_restart(
                           timeout=1.5), layouts_read(redis_client)
     names = layouts_read(redis_client)
     assert sum(name.startswith("worker ") for name in names) == 2, names
-    expected = [sent for producer in producers for sent in producer.stop()]
+    expected = [f"acct{n % accounts}:{n}" for n in range(preload)]
+    expected += [sent for producer in producers for sent in producer.stop()]
     assert [producer.refused for producer in producers] == [[], []]
     counts = ledger.wait_for(len(expected), timeout=120)
     assert ledger.missing(expected) == set()
