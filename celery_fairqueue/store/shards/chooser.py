@@ -79,8 +79,11 @@ class ShardChooser:
         return [n for n, due in enumerate(self.due) if due <= now]
 
     def woken(self, n: int) -> None:
-        """Shard ``n`` signalled new work: its weight is unknown until it is asked."""
-        self.weights[n] = None
+        """Shard ``n``'s doorbell rang: believed empty, its weight is unknown until it is
+        asked; one known to have work waits for its pass (a claim that leaves work rings too,
+        and its ring must not jump the stride order)."""
+        if not self.weights[n]:
+            self.weights[n] = None
 
     def failed(self, n: int, now: float) -> None:
         """Shard ``n`` did not answer: ask it again in a second (the claim goes on without)."""
