@@ -42,10 +42,11 @@ from .store import EnqueueResult, store_for
 
 @dataclass(frozen=True)
 class EnqueueOutcome:
-    """One job of a bulk enqueue: ``stored`` (it is in the store now), a duplicate (the job
+    """One call of a bulk enqueue: ``stored`` (it is in the store now), a duplicate (the job
     ``duplicate_of``, a task id, holds its business key: nothing new was stored), or not stored
-    for ``error``, the error one ``.delay()`` of it would raise (a full backlog, the producer's
-    deadline, an unreachable store)."""
+    for ``error``, the error one ``.delay()`` of it would raise (refused before Redis, a full
+    backlog, the producer's deadline, an unreachable store; or not sent at all, since the
+    store failed an earlier call of its batch)."""
 
     task_id: str
     stored: bool
@@ -92,6 +93,7 @@ class Batch:
     since: float = 0.0  # when the first job waiting was added (monotonic)
     last_at: float = field(default_factory=time.monotonic)  # the last job's, or the start
     first_at_once: bool = True  # a group's first job is stored alone
+    sent: int = 0  # the calls sent to the store so far
     #: apply_many's: nothing is stored before the block ends, so every call is judged first
     #: and a call that raises stores none (see apply_many)
     hold: bool = False
@@ -110,7 +112,7 @@ class Batch:
         self.last = pending
         if self.hold:
             return
-        first = self.first_at_once and not self.outcomes and len(self.jobs) == 1
+        first = self.first_at_once and not self.sent  # (calls refused before it aside)
         if first or slow or now - self.since >= FLUSH_SECONDS or \
                 len(self.jobs) >= settings_for(self.app).enqueue_batch:
             self.store()
@@ -118,6 +120,8 @@ class Batch:
     def refuse(self, task_id: str, error: FairqueueError) -> None:
         """A call refused before Redis (``error`` is the one its ``.delay()`` raises): told
         "not stored" in its place, while the other calls go on."""
+        if not self.jobs:
+            self.since = time.monotonic()
         self.jobs.append(PendingJob({}, _untold, outcome=EnqueueOutcome(
             task_id, stored=False, error=error)))
         self.last = None
@@ -128,6 +132,7 @@ class Batch:
         calls, self.jobs = self.jobs, []
         sent = [pending for pending in calls if pending.outcome is None]
         if sent and self.failure is None:
+            self.sent += len(sent)
             try:
                 replies: list[Any] = store_for(self.app).enqueue_many(
                     [pending.job for pending in sent])
