@@ -173,6 +173,8 @@ def follow(result: Any) -> None:
     """``apply_async`` returned ``result`` for the job just batched: a duplicate's result is
     pointed at the job holding its key once it is stored, as one ``.delay()``'s is."""
     batch = _batch.get()
+    if batch is not None and batch.hold:  # apply_many tells outcomes, not results: keep none
+        return
     pending = batch.last if batch is not None else None
     if pending is None or task_id_of(pending.job["job_id"]) != getattr(result, "id", None):
         return
