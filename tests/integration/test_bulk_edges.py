@@ -125,14 +125,14 @@ def test_a_group_with_a_refused_call_stores_the_others_and_tells_every_call(
 
 @contextlib.contextmanager
 def before_round_trip(number: int, action: Callable[[], None]) -> Iterator[None]:
-    """Run ``action`` just before the ``number``-th request of script calls that redis-py
-    sends while the block runs (a pipeline is one request)."""
+    """Run ``action`` just before the ``number``-th request of several script calls (a round
+    trip of a bulk enqueue: one pipeline) that redis-py sends while the block runs."""
     original = Connection.send_packed_command
     sent = [0]
 
     def watching(self, command, check_health=True):  # type: ignore[no-untyped-def]
-        first = command[0] if isinstance(command, list) else command
-        if b"EVALSHA" in bytes(first)[:40].upper() and sent[0] < number:
+        packed = b"".join(map(bytes, command)) if isinstance(command, list) else bytes(command)
+        if packed.count(b"EVALSHA") > 1 and sent[0] < number:
             sent[0] += 1
             if sent[0] == number:
                 action()
