@@ -16,7 +16,7 @@ def held_jobs(store: FairStore, jobs: Iterable[tuple[str, str, str | None]]) -> 
     still holds under any delivery: the delivery itself (a job record, waiting or running, or
     a dead letter), or the job its business key's marker names (a replay or a retry the
     recorder has not caught up on, waiting, running or dead). Each asked of its account's
-    shard alone, in two pipelines a shard."""
+    shard alone: an MGET of the markers, then a pipeline, a shard."""
     by_shard: dict[int, tuple[FairStore, list[tuple[str, str | None]]]] = {}
     for account, job_id, job_key in jobs:
         shard = store.shard_for(account)
@@ -24,17 +24,15 @@ def held_jobs(store: FairStore, jobs: Iterable[tuple[str, str, str | None]]) -> 
         by_shard.setdefault(id(shard), (shard, []))[1].append((job_id, marker_key))
     held: set[str] = set()
     for shard, rows in by_shard.values():
-        pipe = shard.client.pipeline(transaction=False)
-        for _job_id, marker_key in rows:
-            if marker_key is not None:
-                pipe.get(marker_key)
-        markers = iter(pipe.execute())
+        keyed = [marker_key for _, marker_key in rows if marker_key is not None]
+        markers = iter(shard.client.mget(keyed) if keyed else [])  # one slot: the shard's tag
         # each row's own delivery, then the one its key's marker names (when another)
         asked = []
         for job_id, marker_key in rows:
             marker = next(markers) if marker_key is not None else None
             asked.append((job_id, [job_id, *_holder(marker, job_id)]))
         fields = [wire(candidate) for _, candidates in asked for candidate in candidates]
+        pipe = shard.client.pipeline(transaction=False)
         pipe.hmget(shard.keys.records, fields)
         pipe.hmget(shard.keys.dead, fields)
         records, letters = pipe.execute()
