@@ -67,8 +67,9 @@ def app_with_task(url: str, prefix: str, keyed: bool = False, **conf: Any) -> tu
 
 
 def stored_ids(app: Celery) -> set[str]:
-    store = store_for(app)
-    return {job_id.split(":")[0] for job_id in store.client.hkeys(store.keys.records)}
+    """The task ids of the jobs the app's store holds, on every shard."""
+    return {job_id.split(":")[0] for shard in store_for(app).shards
+            for job_id in shard.client.hkeys(shard.keys.records)}
 
 
 def call(t: Any, n: int, kind: str = "good") -> Any:
@@ -118,6 +119,30 @@ def test_a_group_with_a_refused_call_stores_the_others_and_tells_every_call(
     outcomes = raised.value.outcomes
     assert [o.task_id for o in outcomes] == [f"call-{n}" for n in range(8)]
     assert [o.state for o in outcomes] == ["stored"] * 3 + ["not stored"] + ["stored"] * 4
+    assert stored_ids(app) == {o.task_id for o in outcomes if o.stored}
+
+
+def test_a_sharded_bulk_enqueue_tells_every_call_in_its_place(redis_url, redis_client):
+    """Four shards: each shard's calls go in their own round trips, the outcomes come back in
+    the calls' order, a refusal by Redis (a full backlog) and one before it side by side."""
+    app, t = app_with_task(redis_url, "bulkshards", fairqueue_shards=4,
+                           fairqueue_max_pending_per_account=2)
+    accounts = [f"acct{n % 6}" for n in range(30)]
+    calls = [t.s(account, n).set(task_id=f"call-{n}") for n, account in enumerate(accounts)]
+    calls[7] = t.s("acme", 7, object()).set(task_id="call-7")
+    with pytest.raises(SerializationError) as raised:
+        t.apply_many(calls)
+    outcomes = raised.value.outcomes
+    assert [o.task_id for o in outcomes] == [f"call-{n}" for n in range(30)]
+    assert len({store_for(app).shard_for(a).keys.tag for a in accounts}) > 1
+    waiting: dict[str, int] = {}
+    for n, account in enumerate(accounts):
+        if n == 7:
+            assert isinstance(outcomes[n].error, SerializationError)
+            continue
+        waiting[account] = waiting.get(account, 0) + 1  # each account's first two stored
+        assert outcomes[n].stored == (waiting[account] <= 2), n
+        assert outcomes[n].stored or isinstance(outcomes[n].error, BacklogFullError)
     assert stored_ids(app) == {o.task_id for o in outcomes if o.stored}
 
 
