@@ -141,7 +141,7 @@ class Batch:
             for pending, reply in zip(sent, replies, strict=True):
                 error = _announced(pending, reply).error
                 if isinstance(error, StoreUnavailableError) and self.failure is None:
-                    self.failure = error
+                    self.failure = _not_sent(error)
         for pending in sent:
             if pending.outcome is None:  # not sent: the store failed an earlier call
                 pending.outcome = _not_tried(pending, self.failure)
@@ -306,6 +306,15 @@ def _announced(pending: PendingJob, reply: Any) -> EnqueueOutcome:
         reply = StoreUnavailableError(f"not stored: {reply}")
     pending.outcome = EnqueueOutcome(asked, stored=False, error=reply)
     return pending.outcome
+
+
+def _not_sent(failure: StoreUnavailableError) -> StoreUnavailableError:
+    """The error of the calls a batch does not send after the store failed one with
+    ``failure`` (whose own words may say that call's write stands: a replica's lag)."""
+    error = type(failure)(f"not sent, so not stored: the fair store failed an earlier call "
+                          f"of this bulk enqueue ({failure})")
+    error.__cause__ = failure
+    return error
 
 
 def _not_tried(pending: PendingJob, failure: FairqueueError | None) -> EnqueueOutcome:

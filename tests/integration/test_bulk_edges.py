@@ -32,6 +32,7 @@ from celery_fairqueue import (
     PayloadTooLargeError,
     SerializationError,
     StoreUnavailableError,
+    bulk,
 )
 from celery_fairqueue.store import store_for
 
@@ -212,6 +213,30 @@ def test_an_outage_mid_bulk_reports_every_call(stall, redis_server_factory, figu
     again = t.apply_many([("acme", n) for n, o in enumerate(outcomes) if not o.stored])
     assert [o.state for o in again] == ["stored"] * 800
     assert len(stored_ids(app)) == 1001
+
+
+@pytest.mark.slow
+def test_a_group_that_meets_an_outage_tells_every_call_and_sends_no_more(
+        redis_server_factory, monkeypatch):
+    """A group of 1,000 (its first call alone, then batches of 100): Redis pauses writes
+    before the third batch; the calls after it are not sent at all, each told so."""
+    monkeypatch.setattr(bulk, "FLUSH_SECONDS", 3600.0)  # batches only when full
+    server = redis_server_factory()
+    app, t = app_with_task(server.url, "bulkgroupoutage", fairqueue_enqueue_timeout=1.0,
+                           fairqueue_enqueue_batch=100)
+    warm = t.delay("warm", 0)
+    operator = redis.Redis.from_url(server.url)
+    pause = lambda: operator.execute_command("CLIENT", "PAUSE", 3000, "WRITE")  # noqa: E731
+    started = time.monotonic()
+    with before_round_trip(3, pause), pytest.raises(StoreUnavailableError) as raised:
+        group(t.s("acme", n) for n in range(1000)).apply_async()
+    took = time.monotonic() - started
+    outcomes = raised.value.outcomes
+    assert [o.state for o in outcomes] == ["stored"] * 201 + ["not stored"] * 799
+    assert all("not sent" in str(o.error) for o in outcomes[301:])
+    assert took < 3.0  # one producer's deadline, not one a batch
+    time.sleep(max(0.0, 3.3 - took))
+    assert stored_ids(app) == {warm.id} | {o.task_id for o in outcomes if o.stored}
 
 
 # -- Hypothesis: a batch mixing good and bad calls ----------------------------------------------
