@@ -246,7 +246,7 @@ KINDS = ["good", "good", "good", *sorted(BAD)]
 MIXED_APPS: dict[tuple[str, int], tuple[Celery, Any]] = {}
 
 
-@settings(max_examples=int(os.environ.get("BULK_EXAMPLES", "100")), deadline=None,
+@settings(max_examples=int(os.environ.get("BULK_EXAMPLES", "50")), deadline=None,
           database=None, derandomize=os.environ.get("CI") == "true",
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(batch=st.lists(st.tuples(st.sampled_from(KINDS), st.sampled_from(["acme", "beta"]),
