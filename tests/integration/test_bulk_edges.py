@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import redis
-from celery import Celery, group
+from celery import Celery, chord, group
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.connection import Connection
@@ -121,6 +121,18 @@ def test_a_group_with_a_refused_call_stores_the_others_and_tells_every_call(
     assert [o.task_id for o in outcomes] == [f"call-{n}" for n in range(8)]
     assert [o.state for o in outcomes] == ["stored"] * 3 + ["not stored"] + ["stored"] * 4
     assert stored_ids(app) == {o.task_id for o in outcomes if o.stored}
+
+
+def test_a_chords_header_with_a_refused_call_stores_the_others_and_tells_every_call(
+        fair, fair_store):
+    header = [fair.job.s("acme", n).set(task_id=f"head-{n}") for n in range(5)]
+    header[2] = fair.job.s("acme", object()).set(task_id="head-2")
+    with pytest.raises(SerializationError) as raised:
+        chord(header)(fair.urgent.s("acme", 99).set(immutable=True))
+    outcomes = raised.value.outcomes
+    assert [o.task_id for o in outcomes] == [f"head-{n}" for n in range(5)]
+    assert [o.state for o in outcomes] == ["stored"] * 2 + ["not stored"] + ["stored"] * 2
+    assert stored_ids(fair.app) == {o.task_id for o in outcomes if o.stored}
 
 
 def test_a_sharded_bulk_enqueue_tells_every_call_in_its_place(redis_url, redis_client):
