@@ -52,6 +52,7 @@ class FairDispatcher:
         self.queues: list[str] = []
         self.handler: Any = None
         self.claiming = False
+        self._drained = False  # the last claim took less than it wanted: wait for a ring
         self._rotation = 0
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -83,7 +84,7 @@ class FairDispatcher:
         self.queues = sorted(c.app.amqp.queues.consume_from)
         self.handler = c.create_task_handler()
         c.hub.add_reader(self._wake_r, self._on_wake)
-        self._timer = c.timer.call_repeatedly(self.settings.poll_interval, self.claim)
+        self._timer = c.timer.call_repeatedly(self.settings.poll_interval, self._poll)
         self.claiming = True
         if self._instance is None:
             with contextlib.suppress(FairqueueError, OSError):
@@ -168,14 +169,17 @@ class FairDispatcher:
                 acks.append(self._acks.popleft())
         return acks
 
-    def claim(self) -> None:
+    def claim(self, force: bool = False) -> None:
         """One round trip a turn: settle the jobs finished since the last turn, lease jobs for
-        the free slots."""
+        the free slots. A worker whose last claim took less than it wanted waits for its
+        doorbell: until a ring, the keeper's call, its timer or its poll (``force``), a turn
+        settles its acks alone and leases nothing (there is nothing to lease: new work rings)."""
         if not self.claiming or not (self._layout_checked or self._check_layout_late()):
             return
         bell = self.doorbell
         keeps_time = bell is None or bell.keeps_time
         tick = bell is not None and bell.ticking and keeps_time
+        rings = bell.take_rings() if bell is not None else []
         acks = self._take_acks()
         free = self.free_slots()
         if bell is not None:
@@ -183,18 +187,18 @@ class FairDispatcher:
                 bell.idle.set()
             else:
                 bell.idle.clear()
-            rings = bell.take_rings()
             if free <= 0 and rings:
                 with contextlib.suppress(FairqueueError):  # else the keeper's sweep rings
                     bell.give_back(rings)
-        if free <= 0 and not acks and not tick:
+        want = free if force or tick or rings or not self._drained else 0
+        if want <= 0 and not acks and not tick:
             return
         if bell is not None:
             bell.ticking = False
         try:
-            claim = self.store.claim(self.queues, free, self.token, self.default_limit(),
-                                     first=self._rotation, acks=acks, keeps_time=keeps_time,
-                                     tick=tick)
+            claim = self.store.claim(self.queues if want > 0 or tick else [], want, self.token,
+                                     self.default_limit(), first=self._rotation, acks=acks,
+                                     keeps_time=keeps_time, tick=tick)
         except FairqueueError as exc:
             # the acks go with the next claim, a moment from now; the heartbeat keeps their
             # leases meanwhile (should this worker die first, the leases return the jobs)
@@ -208,6 +212,9 @@ class FairDispatcher:
             self._claims.failed(claim.failure)
         else:
             self._claims.answered()
+        if want > 0:
+            self._drained = claim.failure is None and len(claim.leases) < want and \
+                claim.next_due != 0
         self._rotation += 1
         for job_id in claim.lost:
             lost_before_settled(job_id)
@@ -267,7 +274,10 @@ class FairDispatcher:
 
     def _on_due(self) -> None:
         self._due = None
-        self.claim()
+        self.claim(force=True)
+
+    def _poll(self) -> None:
+        self.claim(force=True)
 
     def default_limit(self) -> str:
         """The store's default limit, packed (the claim reads the store's own; this is its

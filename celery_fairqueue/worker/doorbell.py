@@ -54,6 +54,7 @@ class Doorbell:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._rings: deque[str] = deque()  # doorbells that rang, not yet claimed for
+        self._waits: list[DoorbellWait] = []  # each thread's, while it has one
 
     @property
     def keeps_time(self) -> bool:
@@ -69,6 +70,8 @@ class Doorbell:
         if became:
             self.ticking = True
             self.wake()
+            for wait in list(self._waits):  # a wait on the doorbells alone: on the calls too
+                wait.interrupt()
 
     def start(self) -> None:
         self._grow()
@@ -101,6 +104,7 @@ class Doorbell:
             try:
                 if wait is None:
                     wait = DoorbellWait(self.store, WAIT_SECONDS)
+                    self._waits.append(wait)
                     outage.answered()
                     self.wake()  # what rang while nobody waited
                 self._grow()
@@ -123,6 +127,7 @@ class Doorbell:
             except FairqueueError as exc:
                 outage.failed(exc)
                 if wait is not None:
+                    self._waits.remove(wait)
                     wait.close()
                     wait = None
                 self._stopping.wait(BUSY_SECONDS)

@@ -34,6 +34,7 @@ class DoorbellWait:
         self._client = make_client(self._url, socket_timeout=longest_wait + SOCKET_MARGIN_SECONDS,
                                    retries=1,
                                    transport_options=store.settings.redis_transport_options)
+        self._id: int | None = None  # the waiting connection's CLIENT ID (one Redis only)
 
     @staticmethod
     def shards_of(store: FairStore) -> list[list[FairStore]]:
@@ -55,6 +56,8 @@ class DoorbellWait:
         """Block up to ``timeout`` seconds for a ring on one of ``keys``; the doorbell that rang
         (the store learns which shard's: ShardedStore.woken), or None."""
         try:
+            if self._id is None and not is_cluster(self._client):
+                self._id = int(self._client.client_id())
             popped = self._client.blpop(list(keys), timeout=timeout)
         except (redis.RedisError, RedisClusterException) as exc:
             raise translate(exc, self._url, "BLPOP (doorbell)") from exc
@@ -63,6 +66,14 @@ class DoorbellWait:
         key = str(popped[0])
         self.store.woken(key)
         return key
+
+    def interrupt(self) -> None:
+        """End the wait under way at once (CLIENT UNBLOCK), so the next one waits on other
+        keys: a worker that became its queues' time keeper hears their calls from now on. On a
+        cluster the wait ends at its timeout instead."""
+        if self._id is not None:
+            with contextlib.suppress(redis.RedisError, RedisClusterException):
+                self.store.client.client_unblock(self._id)
 
     def close(self) -> None:
         with contextlib.suppress(redis.RedisError, RedisClusterException):

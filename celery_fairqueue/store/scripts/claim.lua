@@ -31,14 +31,15 @@
 -- marker and XADD). An account with a concurrency cap adds its running count to both.
 -- include: keys events records markers limits rotation leases
 local want, lease, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
--- the store's one default limit (set_default_limit.lua), not this worker's own setting
-local stored_default = redis.call('HGET', K_LIMITS, '*')
-local default_limit = stored_default or ARGV[4]
 local batch, max_skips, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local nq, retention = tonumber(ARGV[9]), tonumber(ARGV[10])
 local now = now_seconds()
--- whether any account has a limit of its own (the default is field "*"): else none is asked
-local own_limits = redis.call('HLEN', K_LIMITS) > (stored_default and 1 or 0)
+-- the store's one default limit (set_default_limit.lua), not this worker's own setting, and
+-- whether any account has a limit of its own (the default is field "*"): else none is asked;
+-- neither for a claim that only settles acks (no queue)
+local stored_default = nq > 0 and redis.call('HGET', K_LIMITS, '*')
+local default_limit = stored_default or ARGV[4]
+local own_limits = nq > 0 and redis.call('HLEN', K_LIMITS) > (stored_default and 1 or 0)
 local keeps_time = ARGV[11] == '1'
 claiming = true  -- see join_rotation: this claim rings at its end, if it leaves work
 
