@@ -54,10 +54,10 @@ def test_a_new_job_wakes_one_idle_worker_of_eight(fair, celery_worker_factory, f
 def test_a_group_of_100_jobs_wakes_all_eight_idle_workers(fair, celery_worker_factory,
                                                           fair_store, redis_client):
     idle_fleet(celery_worker_factory, redis_client, 8)
-    result = group(fair.job.s(f"a{n % 10}", n, 0.2) for n in range(100)).apply_async()
+    result = group(fair.job.s(f"a{n % 10}", n, 0.5) for n in range(100)).apply_async()
     assert sorted(result.get(timeout=60)) == list(range(100))
     first = sorted(starts(redis_client), key=lambda run: run["start"])[:8]
-    # every worker took one of the first eight: none waited for a job of 0.2 s to end
+    # every worker took one of the first eight: none waited for a job of 0.5 s to end
     assert len({run["pid"] for run in first}) == 8
 
 
