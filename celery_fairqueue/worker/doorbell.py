@@ -79,6 +79,8 @@ class Doorbell:
     def stop(self) -> None:
         self._stopping.set()
         self.idle.set()
+        for wait in list(self._waits):  # a worker shutting down does not wait for a timeout
+            wait.interrupt()
         for thread in list(self._threads):
             thread.join(timeout=WAIT_SECONDS + 1)
 
