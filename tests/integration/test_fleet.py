@@ -125,3 +125,24 @@ def test_a_limited_account_keeps_its_rate_before_the_first_heartbeat(fair, celer
     times = sorted(run["start"] for run in starts(redis_client))
     # nine tokens at 10/s: not faster, and not a poll or a heartbeat (30 s) later
     assert 0.85 <= times[-1] - times[0] < 2.0
+
+
+def test_a_busy_keeper_still_promotes_a_due_job_for_an_idle_worker(fair, celery_worker_factory,
+                                                                   fair_store, redis_client):
+    """The keeper's slot is taken by a long job of a queue only it serves; a delayed job of
+    the queue it shares with an idle worker is promoted when due, and the idle worker runs it
+    then, not when the keeper's slot frees."""
+    keeper = celery_worker_factory(APP, concurrency=1, queues=("celery", "critical"),
+                                   env=NO_POLL)
+    key = fair_store.keys.queue("celery").keeper
+    assert wait_until(lambda: f"/{keeper.pid}/" in (redis_client.get(key) or ""), timeout=10)
+    idle = celery_worker_factory(APP, concurrency=1, queues=("celery",), env=NO_POLL)
+    time.sleep(1.5)  # its first heartbeat (1 s here) said it keeps no time
+    fair.job.apply_async(("busy", 1, 3.0), queue="critical")
+    assert wait_until(lambda: redis_client.hget("starts", "busy:1"), timeout=10)
+    job = fair.job.apply_async(("acme", 2), countdown=1)
+    due = time.time() + 1
+    assert job.get(timeout=15) == 2
+    run = next(run for run in starts(redis_client) if run["key"] == "acme:2")
+    assert run["pid"] == idle.pid
+    assert run["start"] - due < 1.0  # promoted when due, not 2 s later when the keeper is free
