@@ -47,7 +47,10 @@ class TaskEvents:
         with self.app.connection_for_read() as connection:
             self._receiver = self.app.events.Receiver(
                 connection, handlers={"*": self.events.append})
-            self._receiver.capture(limit=None, timeout=None, wakeup=False)
+            # Receiver.capture, with a shorter wait between checks of should_stop
+            for _ in self._receiver.consume(limit=None, timeout=None, safety_interval=0.1,
+                                            wakeup=False):
+                pass
 
     def of(self, task_id: str) -> list[dict[str, Any]]:
         """The task events of one task, in the order they came."""
