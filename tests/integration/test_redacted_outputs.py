@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
+import celery_fairqueue
 from celery_fairqueue import DeadLetters, run_now
 from celery_fairqueue.protocol import delivery_id
 from celery_fairqueue.reports import shown_arguments
@@ -117,3 +118,20 @@ def test_no_redacted_value_leaves_the_worker(rel, watched, redis_client, email, 
     assume(not any(email in text for identity, text in found if identity))
     assert [text for identity, text in found if email in text and not identity] == []
     assert '"***"' in json.dumps(listed)
+
+
+def test_a_retried_fair_job_sends_and_stores_its_retryable_error_masked(rel, watched,
+                                                                        redis_client):
+    worker, events = watched
+    email = "jane.doe@example.com"
+    job = rel.notify.apply_async(("acme", 2, email), {"profile": {"phone": PHONE, "busy": 600}})
+    retried = events.wait_for(job.id, "task-retried")
+    assert retried["exception"] == "RetryableError('mailbox *** is busy')"
+    assert "mailbox *** is busy" in retried["traceback"]
+    assert wait_until(lambda: job.state == "RETRY", 10)
+    assert str(job.result) == "mailbox *** is busy" and email not in job.traceback
+    assert job.id in json.dumps(rel.app.control.inspect(
+        destination=[worker.hostname], timeout=10, limit=1).scheduled())  # its retry waits
+    assert celery_fairqueue.cancel(rel.app, job.id)
+    assert events.wait_for(job.id, "task-revoked")["expired"] is False
+    assert job.state == "REVOKED"
