@@ -33,10 +33,14 @@ def announce_revoked(app: Celery, task_ids: Iterable[str], reason: str = CANCELL
     for task_id in ids:
         app.backend.mark_as_revoked(task_id, reason=reason)
     try:
-        with app.events.default_dispatcher() as dispatcher:
-            for task_id in ids:
-                dispatcher.send("task-revoked", uuid=task_id, terminated=False, signum=None,
-                                expired=False)
+        with app.producer_or_acquire() as producer:
+            # a broker that is away costs one short try (~2 s), not the default retries (~6 s)
+            producer.connection.ensure_connection(max_retries=1)
+            with app.events.Dispatcher(producer.connection, channel=producer.channel,
+                                       buffer_while_offline=False) as dispatcher:
+                for task_id in ids:
+                    dispatcher.send("task-revoked", uuid=task_id, terminated=False,
+                                    signum=None, expired=False)
     except Exception as exc:  # the broker's errors, whichever transport it is
         logger.warning("fairqueue: %d revoked fair jobs (%s...) sent no task-revoked event: %s",
                        len(ids), ids[0], exc)
