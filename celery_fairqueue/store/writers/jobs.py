@@ -221,13 +221,17 @@ class Jobs(StoreDoor):
         return result
 
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
-              first: int = 0, acks: Sequence[Lease] = ()) -> Claim:
+              first: int = 0, acks: Sequence[Lease] = (), *, keeps_time: bool = True,
+              tick: bool = False) -> Claim:
         """Ack ``acks`` (this worker's finished leases), then lease up to ``want`` jobs from
         ``queues``, rotating over accounts with capacity; also say when the next deferred
         account or delayed job is due. ``first`` is the 0-based index of the queue to look at
-        first (workers rotate it so no queue starves). One round trip for the whole turn."""
+        first (workers rotate it so no queue starves). One round trip for the whole turn.
+        ``keeps_time``: the worker arms its own timer for the next due time (else a deferral
+        due first calls the queues' time keeper). ``tick``: the time keeper's call with no
+        free slot, which promotes what is due and rings for it though it leases nothing."""
         want = min(want, self.settings.claim_batch) if queues else 0
-        if want <= 0 and not acks:
+        if want <= 0 and not acks and not (tick and queues):
             return Claim([], None)
         s = self.settings
         names = list(queues)
@@ -236,7 +240,7 @@ class Jobs(StoreDoor):
         flat = self._run("claim", [self.keys.queue(q) for q in names], [
             max(want, 0), s.lease_seconds, token, default_limit, s.promote_batch, s.max_skips,
             s.max_deliveries, first % len(queues) + 1 if queues else 1, len(queues),
-            s.job_retention, len(acks),
+            s.job_retention, "1" if keeps_time else "0", len(acks),
             *(arg for ack in acks for arg in ack.ack_args(position[ack.queue])),
         ])
         next_due = float(flat[0])
