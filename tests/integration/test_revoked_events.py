@@ -78,7 +78,7 @@ def test_a_delayed_fair_jobs_task_received_carries_its_eta(rel, redis_client,
     try:
         with TaskEvents(rel.app) as events:
             job = rel.notify.apply_async(("acme", 2, EMAIL), countdown=1)
-            received = events.wait_for(job.id, "task-received")
+            events.wait_for(job.id, "task-received")
             assert job.get(timeout=20) == f"sent to {EMAIL}"
             events.wait_for(job.id, "task-succeeded")
     finally:
