@@ -17,11 +17,13 @@ from typing import Any
 from celery import current_task
 from celery.utils.serialization import create_exception_cls
 
-from .idempotency import bound_arguments
+from .idempotency import bound_arguments, positional_names
 
 REDACTED = "***"
 # Shorter values are not masked in text: replacing "1" or "ab" everywhere would garble it.
 MIN_MASKED_CHARS = 3
+# made once: json.dumps with options builds an encoder on every call
+_JSON_ASCII, _JSON_UNICODE = json.JSONEncoder(), json.JSONEncoder(ensure_ascii=False)
 #: What Celery's truncating repr (``celery.utils.saferepr``) puts where it cut a string short.
 CUT_MARK = "..."
 
@@ -131,7 +133,7 @@ def _quoted_forms(value: str) -> set[str]:
     """``value`` as written, and as Python's repr (either quote), Celery's saferepr (quotes
     escaped, nothing else) and JSON write it between quotes."""
     return {value, repr(value)[1:-1], repr(value + '"')[1:-2], value.replace("'", "\\'"),
-            json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+            _JSON_ASCII.encode(value)[1:-1], _JSON_UNICODE.encode(value)[1:-1]}
 
 
 def _cut_start(text: str, end: int, form: str) -> int | None:
@@ -156,8 +158,7 @@ def redact_arguments(args: Sequence[Any], kwargs: dict[str, Any],
     hidden = set(fields)
     secrets = Secrets.of_named({"args": list(args), **kwargs}, hidden)
     return secrets.data({"args": [_mask(a, hidden) for a in args],
-                         "kwargs": {k: REDACTED if k in hidden else _mask(v, hidden)
-                                    for k, v in kwargs.items()}})
+                         "kwargs": _mask_named(kwargs, hidden)})
 
 
 def masked_call(run: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
@@ -166,14 +167,15 @@ def masked_call(run: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, 
     dict keys), and their values wherever another argument quotes them."""
     hidden = set(fields)
     try:
-        names = list(bound_arguments(run, args, {}))
-    except TypeError:  # more positional arguments than the signature takes: masked by value
+        names = positional_names(run, len(args))
+    except (TypeError, ValueError):  # a callable with no signature to read
         names = []
-    secrets = Secrets.of_call(run, args, kwargs, hidden)
     shown_args = [REDACTED if name in hidden else _mask(value, hidden)
                   for name, value in zip(names, args, strict=False)]
     shown_args += [_mask(value, hidden) for value in args[len(shown_args):]]
-    return secrets.data(shown_args), secrets.data(redact_arguments((), kwargs, hidden)["kwargs"])
+    secrets = Secrets.of_named({"": [{name: value} for name, value in zip(names, args)],
+                                **kwargs}, hidden)
+    return secrets.data(shown_args), secrets.data(_mask_named(kwargs, hidden))
 
 
 def masked_reprs(run: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
@@ -242,6 +244,10 @@ class RedactingFilter(logging.Filter):
             record.data = {k: secrets.cut_text(v) if isinstance(v, str) else v
                            for k, v in data.items()}
         return True
+
+
+def _mask_named(kwargs: dict[str, Any], hidden: set[str]) -> dict[str, Any]:
+    return {k: REDACTED if k in hidden else _mask(v, hidden) for k, v in kwargs.items()}
 
 
 def _mask(value: Any, hidden: set[str]) -> Any:

@@ -142,3 +142,14 @@ def test_the_result_backend_stores_a_failure_masked_and_a_success_as_it_is():
     assert app.backend.get_task_meta("t2")["traceback"] == "***"
     backend.mark_as_done("t3", "sent to ann@example.com")
     assert app.backend.get_task_meta("t3")["result"] == "sent to ann@example.com"
+
+
+def test_positional_arguments_are_masked_by_name_past_the_signature_and_through_star_args():
+    def spread(account_id, *emails, **extra):
+        raise NotImplementedError
+
+    assert masked_reprs(spread, ("acme", "a@x.io", "b@x.io"), {"note": "cc a@x.io"},
+                        ("emails",)) == ("['acme', '***', '***']", "{'note': 'cc ***'}")
+    # more arguments than the task takes (sent with typing=False): the named ones still masked
+    assert masked_reprs(send, (1, 2, "ann@example.com", None, 5), {}, ("email",))[0] == \
+        "[1, 2, '***', None, 5]"
