@@ -173,8 +173,8 @@ def masked_call(run: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, 
     shown_args = [REDACTED if name in hidden else _mask(value, hidden)
                   for name, value in zip(names, args, strict=False)]
     shown_args += [_mask(value, hidden) for value in args[len(shown_args):]]
-    secrets = Secrets.of_named({"": [{name: value} for name, value in zip(names, args)],
-                                **kwargs}, hidden)
+    by_name = [{name: value} for name, value in zip(names, args, strict=False)]
+    secrets = Secrets.of_named({"": by_name, **kwargs}, hidden)
     return secrets.data(shown_args), secrets.data(_mask_named(kwargs, hidden))
 
 
