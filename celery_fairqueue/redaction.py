@@ -156,7 +156,7 @@ def redact_arguments(args: Sequence[Any], kwargs: dict[str, Any],
     their parameter names first (``idempotency.bound_arguments``) to mask them by name.
     """
     hidden = set(fields)
-    secrets = Secrets.of_named({"args": list(args), **kwargs}, hidden)
+    secrets = Secrets.of_named({"": list(args), **kwargs}, hidden)
     return secrets.data({"args": [_mask(a, hidden) for a in args],
                          "kwargs": _mask_named(kwargs, hidden)})
 

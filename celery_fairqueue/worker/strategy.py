@@ -1,4 +1,5 @@
-"""The task strategy of fair tasks: Celery's default, plus adoption of strays from the broker.
+"""The task strategy of fair tasks: Celery's default, plus adoption of strays from the broker,
+and the task events of fair requests through request.FairEvents (a job's ETA kept).
 
 A fair task's message can still reach the broker when a process that never called ``install``
 sends it (``send_task`` by name from another service). The worker moves such a message into the
