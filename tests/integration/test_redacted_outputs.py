@@ -135,3 +135,17 @@ def test_a_retried_fair_job_sends_and_stores_its_retryable_error_masked(rel, wat
     assert celery_fairqueue.cancel(rel.app, job.id)
     assert events.wait_for(job.id, "task-revoked")["expired"] is False
     assert job.state == "REVOKED"
+
+
+def test_a_running_fair_job_is_listed_masked_by_inspect_active_and_reserved(rel, watched,
+                                                                            redis_client):
+    worker, _events = watched
+    email = "jane.doe@example.com"
+    job = rel.notify.apply_async(("acme", 2, email), {"profile": {"phone": PHONE, "linger": 3}})
+    inspect = rel.app.control.inspect(destination=[worker.hostname], timeout=10, limit=1)
+    assert wait_until(lambda: job.id in json.dumps(inspect.active()), 10)
+    listed = [inspect.active(), inspect.active(safe=True), inspect.reserved(),
+              inspect.query_task(job.id)]
+    assert "***" in json.dumps(listed[0])
+    assert [text for _identity, text in texts(listed) if email in text or PHONE in text] == []
+    assert job.get(timeout=20) == f"sent to {email}"
