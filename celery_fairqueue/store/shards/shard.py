@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from ...errors import FairqueueError
 from ...protocol import NO_JOB_KEY
 from ...settings import FairqueueSettings
 from ..connection.connect import AnyClient
@@ -56,21 +54,10 @@ class FairStore(Jobs, Fleet, Operator):
 
     def enqueue_many(self, jobs: Sequence[dict[str, Any]]) -> list[EnqueueOutcomeOrError]:
         """Store jobs in pipelined batches (Jobs.enqueue_many), once the store's shards are as
-        this process expects; then ring each queue's doorbell for as many idle workers as the
-        new ready jobs can feed (each job's own call rings once at most)."""
+        this process expects."""
         with operation("enqueue"):
             self.check_shards()
-        outcomes = super().enqueue_many(jobs)
-        ready = Counter(job["queue"] for job, outcome in zip(jobs, outcomes, strict=True)
-                        if isinstance(outcome, EnqueueResult) and outcome.created
-                        and not outcome.delayed)
-        try:
-            for queue, count in ready.items():
-                if count > 1:
-                    self.ring([queue], min(count, self.home.fleet_size()))
-        except FairqueueError:  # stored all the same: the time keeper's sweep rings for them
-            pass
-        return outcomes
+        return super().enqueue_many(jobs)
 
     def ring(self, queues: Sequence[str], rings: int = 1) -> int:
         """Top the doorbell of each of ``queues`` that has work up to ``rings`` pending rings
@@ -78,11 +65,15 @@ class FairStore(Jobs, Fleet, Operator):
         return int(self._run("ring", [self.keys.queue(q) for q in queues], [rings]))
 
     def fleet_size(self) -> int:
-        """How many workers the registry holds (live ones, and those not yet swept), read at
-        most every FLEET_SIZE_SECONDS: the most idle workers a bulk enqueue can wake."""
+        """How many workers the home's registry holds (live ones, and those not yet swept),
+        read at most every FLEET_SIZE_SECONDS: the most idle workers a bulk enqueue rings for
+        (each job of a batch one more, up to this)."""
+        home = self.home
+        if home is not self:
+            return home.fleet_size()
         now = time.monotonic()
         if now - self._fleet_size_at > FLEET_SIZE_SECONDS:
-            with operation("ring"):
+            with operation("enqueue"):
                 self._fleet_size = int(self.client.zcard(self.keys.workers))
             self._fleet_size_at = now
         return max(1, self._fleet_size)

@@ -170,6 +170,10 @@ class Jobs(StoreDoor):
             start = end
         return outcomes
 
+    def fleet_size(self) -> int:
+        """The most idle workers a bulk enqueue rings for (shard.py: the registry's size)."""
+        return 1
+
     def _store_batch(self, jobs: Sequence[dict[str, Any]]) -> list[EnqueueOutcomeOrError]:
         """One round trip of :meth:`enqueue_many`, with :meth:`enqueue`'s deadline: a batch
         with no reply is asked again once no call of it can store any more; raises when
@@ -177,12 +181,17 @@ class Jobs(StoreDoor):
         with operation("enqueue"):
             deadline = f"{self.redis_clock.deadline(self.settings.enqueue_timeout / 2):.6f}"
         calls = []
+        fleet = self.fleet_size()
+        places: dict[str, int] = {}
         for job in jobs:
             fields = dict(job)
             moving_to = fields.pop("moving_to", None)
             args = [*self._enqueue_args(**fields), deadline]
-            if moving_to is not None:  # reshard
-                args.append(moving_to)
+            places[job["queue"]] = place = places.get(job["queue"], 0) + 1
+            if moving_to is not None or place <= fleet:
+                args.append("" if moving_to is None else moving_to)  # reshard
+            if place <= fleet:  # rings for as many idle workers as the batch can feed
+                args.append(place)
             calls.append(([self.keys.queue(job["queue"])], args))
         wanted = self.settings.wait_replicas
         failure: StoreUnavailableError | None = None
