@@ -30,12 +30,15 @@ KEPT_PROPERTIES = ("correlation_id", "reply_to", "priority")
 def fair_strategy(task: FairTask, app: Any, consumer: Any, **kwargs: Any) -> Any:
     # Celery's strategy takes the consumer's event dispatcher as it is made, for its own
     # task-received event and for each request's: fair jobs' events go through FairEvents.
-    dispatcher = consumer.event_dispatcher
-    consumer.event_dispatcher = FairEvents(dispatcher) if dispatcher is not None else None
-    try:
+    dispatcher = getattr(consumer, "event_dispatcher", None)
+    if dispatcher is None:  # no events to send (a consumer without the Events step)
         handle = default(task, app, consumer, **kwargs)
-    finally:
-        consumer.event_dispatcher = dispatcher
+    else:
+        consumer.event_dispatcher = FairEvents(dispatcher)
+        try:
+            handle = default(task, app, consumer, **kwargs)
+        finally:
+            consumer.event_dispatcher = dispatcher
 
     def task_message_handler(message: Any, body: Any, ack: Any, reject: Any, callbacks: Any,
                              **options: Any) -> Any:
