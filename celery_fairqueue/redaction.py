@@ -52,7 +52,7 @@ class Secrets:
         named ones only."""
         fields = tuple(fields)
         if not fields:
-            return cls()
+            return NO_SECRETS
         try:
             named = bound_arguments(run, args or (), kwargs or {})
         except TypeError:
@@ -127,6 +127,10 @@ class Secrets:
             pass
         kind = create_exception_cls(type(exc).__qualname__, type(exc).__module__)
         return kind(self.text(shown)).with_traceback(exc.__traceback__)
+
+
+#: The secrets of a task without ``redact`` (shared: a Secrets is never changed).
+NO_SECRETS = Secrets()
 
 
 def _quoted_forms(value: str) -> set[str]:
@@ -211,7 +215,7 @@ def task_secrets(task: Any, request: Any = None) -> Secrets:
     what its ``redact`` arguments hold. None for a task without ``redact``."""
     fields = tuple(getattr(task, "redact", ()) or ())
     if not fields:
-        return Secrets()
+        return NO_SECRETS
     request = task.request if request is None else request
     secrets = getattr(request, "fairqueue_secrets", None)
     if not isinstance(secrets, Secrets):
@@ -231,7 +235,7 @@ class RedactingFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         task = current_task
-        secrets = task_secrets(task) if task else Secrets()
+        secrets = task_secrets(task) if task else NO_SECRETS
         if not secrets:
             return True
         if record.exc_info and not record.exc_text:

@@ -16,7 +16,7 @@ from typing import Any
 from celery import Task, states
 from celery.worker.request import Request
 
-from ..redaction import Secrets, masked_call, task_secrets
+from ..redaction import NO_SECRETS, Secrets, masked_call, task_secrets
 
 #: The fields of Celery's task events that carry a job's data, not its identity.
 DATA_FIELDS = frozenset({"args", "kwargs", "result", "exception", "traceback"})
@@ -112,9 +112,9 @@ class RedactingRequest(Request):
             fields = getattr(self.task, "redact", ()) or ()
             try:
                 found = Secrets.of_call(self.task.run, self.args, self.kwargs, fields) \
-                    if fields else Secrets()
+                    if fields else NO_SECRETS
             except Exception:  # a body that does not decode: nothing to find in it
-                found = Secrets()
+                found = NO_SECRETS
             self.__dict__["_fairqueue_secrets"] = found
         return found
 
