@@ -80,7 +80,7 @@ def test_a_worker_killed_right_after_it_took_a_ring_strands_no_job(fair, celery_
     claims (a worker killed right after its BLPOP): the keeper's sweep rings again, and
     another worker runs the job within a second."""
     taken: list = []
-    dead = redis_server.client()
+    dead = redis_server.client(socket_timeout=60)
     bell = fair_store.keys.queue("celery").bell
     waiter = threading.Thread(target=lambda: taken.append(dead.blpop([bell], timeout=30)))
     waiter.start()
