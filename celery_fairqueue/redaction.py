@@ -17,7 +17,7 @@ from typing import Any
 from celery import current_task
 from celery.utils.serialization import create_exception_cls
 
-from .idempotency import bound_arguments, positional_names
+from .idempotency import positional_names
 
 REDACTED = "***"
 # Shorter values are not masked in text: replacing "1" or "ab" everywhere would garble it.
@@ -48,16 +48,18 @@ class Secrets:
     @classmethod
     def of_call(cls, run: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
                 fields: Iterable[str]) -> Secrets:
-        """The secrets of a call of ``run``; arguments that do not fit its signature: the
-        named ones only."""
+        """The secrets of a call of ``run``: its arguments by the parameter each binds to
+        (positional ones past the signature have none), keyword ones by their own name."""
         fields = tuple(fields)
         if not fields:
             return NO_SECRETS
+        args = args or ()
         try:
-            named = bound_arguments(run, args or (), kwargs or {})
-        except TypeError:
-            named = dict(kwargs or {})
-        return cls.of_named(named, fields)
+            names = positional_names(run, len(args))
+        except (TypeError, ValueError):  # a callable with no signature to read
+            names = []
+        by_name = [{name: value} for name, value in zip(names, args, strict=False)]
+        return cls.of_named({"": by_name, **(kwargs or {})}, fields)
 
     def __bool__(self) -> bool:
         return bool(self.forms)
@@ -177,8 +179,7 @@ def masked_call(run: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, 
     shown_args = [REDACTED if name in hidden else _mask(value, hidden)
                   for name, value in zip(names, args, strict=False)]
     shown_args += [_mask(value, hidden) for value in args[len(shown_args):]]
-    by_name = [{name: value} for name, value in zip(names, args, strict=False)]
-    secrets = Secrets.of_named({"": by_name, **kwargs}, hidden)
+    secrets = Secrets.of_call(run, args, kwargs, hidden)
     return secrets.data(shown_args), secrets.data(_mask_named(kwargs, hidden))
 
 
