@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from celery import Celery
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -149,3 +150,17 @@ def test_a_running_fair_job_is_listed_masked_by_inspect_active_and_reserved(rel,
     assert "***" in json.dumps(listed[0])
     assert [text for _identity, text in texts(listed) if email in text or PHONE in text] == []
     assert job.get(timeout=20) == f"sent to {email}"
+
+
+def test_a_fair_job_sent_by_name_from_a_process_without_install_shows_masked_arguments(
+        rel, watched, redis_client, redis_url):
+    _worker, events = watched
+    email = "jane.doe@example.com"
+    foreign = Celery("foreign", broker=redis_url, backend=redis_url)  # never called install
+    job = foreign.send_task("tests.apps.reliable.notify", args=("acme", 2, email),
+                            kwargs={"profile": {"phone": PHONE}})
+    assert job.get(timeout=20) == f"sent to {email}"
+    received = events.wait_for(job.id, "task-received")
+    assert "***" in received["args"] and "***" in received["kwargs"]
+    assert [text for _identity, text in texts(events.of(job.id))
+            if email in text or PHONE in text] == []
