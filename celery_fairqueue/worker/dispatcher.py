@@ -277,6 +277,7 @@ class FairDispatcher:
         self.claim(force=True)
 
     def _poll(self) -> None:
+        self.store.rescan()
         self.claim(force=True)
 
     def default_limit(self) -> str:

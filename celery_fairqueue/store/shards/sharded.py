@@ -85,7 +85,7 @@ class ShardedStore(FairStore):
                 FairStore(self.client, Keys(self.keys.prefix, n), self.settings, home=self,
                           sharded=count > 1) for n in range(len(self.shards), count)]
             self._by_tag = {shard.keys.tag: n for n, shard in enumerate(self.shards)}
-            self._chooser = ShardChooser(count, self.settings.poll_interval)
+            self._chooser = ShardChooser(count)
         if self.sharded != (count > 1):
             for store in (self, *self.shards):
                 store.set_sharded(count > 1)
@@ -254,6 +254,11 @@ class ShardedStore(FairStore):
         super().forget_recording()
         for shard in self.shards:
             shard.forget_recording()
+
+    def rescan(self) -> None:
+        """The worker's poll: every shard believed empty is asked at its next claim (a ring
+        may be lost)."""
+        self._chooser.rescan()
 
     def woken(self, key: str) -> None:
         """A shard's doorbell rang (worker/doorbell.py): ask it next."""
