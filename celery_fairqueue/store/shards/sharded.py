@@ -372,8 +372,9 @@ class ShardedStore(FairStore):
         shard = self.task_shard(task_id)
         return shard.run_now(task_id) if shard is not None else []
 
-    def purge(self, queues: Sequence[str] | None = None, batch: int = 1000) -> int:
-        return sum(FairStore.purge(shard, queues, batch) for shard in self.shards)
+    def purge(self, queues: Sequence[str] | None = None, batch: int = 1000,
+              on_taken: Callable[[list[str]], None] | None = None) -> int:
+        return sum(FairStore.purge(shard, queues, batch, on_taken) for shard in self.shards)
 
     def pause(self, account: str | None = None, queue: str | None = None, *, by: str = "",
               reason: str = "") -> OperatorPause:
