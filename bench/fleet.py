@@ -39,7 +39,7 @@ os.environ["FQ_POLL_INTERVAL"] = str(FairqueueSettings().poll_interval)
 ACCOUNTS = [f"acct{n}" for n in range(5)]
 GAP_SECONDS = 0.05  # one job every 50 ms
 COUNTDOWN = 0.5
-IDLE_SECONDS = 4.0  # the idle fleet's load, measured just before each trickle
+IDLE_SECONDS = 5.0  # the idle fleet's load, measured just before and after each trickle
 
 
 class Cost(NamedTuple):
@@ -71,16 +71,22 @@ def app_of(kind: str):
     return app
 
 
+def idle_load(client) -> tuple[float, float]:
+    """Redis commands and CPU seconds a second of the fleet as it idles now."""
+    commands, cpu = counters(client)
+    time.sleep(IDLE_SECONDS)
+    after_commands, after_cpu = counters(client)
+    return ((after_commands - commands - 1 - len(NODES)) / IDLE_SECONDS,
+            (after_cpu - cpu) / IDLE_SECONDS)
+
+
 def trickle(client, kind: str, mode: str, jobs: int) -> Cost:
     """``jobs`` jobs, one every GAP_SECONDS, to the idle fleet running now; their cost."""
     module = app_of(kind)
     task = module.plain_job if kind == "plain" else module.fair_job
     client.delete("runs")
-    idle_commands, idle_cpu = counters(client)
-    time.sleep(IDLE_SECONDS)
+    before = idle_load(client)
     commands, cpu = counters(client)
-    idle_rate = ((commands - idle_commands - 1 - len(NODES)) / IDLE_SECONDS,
-                 (cpu - idle_cpu) / IDLE_SECONDS)
     started = time.monotonic()
     countdown = COUNTDOWN if mode == "delayed" else 0.0
     for n in range(jobs):
@@ -99,6 +105,8 @@ def trickle(client, kind: str, mode: str, jobs: int) -> Cost:
     elapsed = time.monotonic() - started
     after_commands, after_cpu = counters(client)
     done = client.llen("runs")
+    after = idle_load(client)  # the idle fleet's load, before and after the trickle, averaged
+    idle_rate = ((before[0] + after[0]) / 2, (before[1] + after[1]) / 2)
     records = [json.loads(r) for r in client.lrange("runs", 0, -1)]
     waits = [(started_at - enqueued) * 1e3 for _, enqueued, started_at, _ in records]
     used = after_commands - commands - idle_rate[0] * elapsed - polls - 1 - len(NODES)
@@ -223,7 +231,7 @@ def main() -> None:
     parser.add_argument("--workers", default="2,8,24")
     parser.add_argument("--shards", default="1,16")
     parser.add_argument("--modes", default="trickle,delayed")
-    parser.add_argument("--jobs", type=int, default=100)
+    parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--simulate", type=int, default=0)
     parser.add_argument("--idle", action="store_true")
     parser.add_argument("--cluster", action="store_true",
