@@ -8,9 +8,10 @@ For each fleet size W, W real ``celery worker --pool threads -c 2`` processes of
 idle, then jobs trickle in, one every 50 ms over 5 accounts: ``trickle`` (ready at once) and
 ``delayed`` (``countdown=0.5``). Redis's own counters (``total_commands_processed``,
 ``used_cpu_user + used_cpu_sys``) are read around the trickle, the idle fleet's own load
-(measured over the seconds just before) taken off, and divided by the jobs: commands and
-Redis CPU per job. Pickup is from ``.delay()`` (plus the countdown) to the task's start.
-FairTask runs at each ``--shards`` (``fairqueue_shards``, one Redis).
+(measured over the seconds just before and after, averaged) taken off, and divided by the
+jobs: commands and Redis CPU per job. Pickup is from ``.delay()`` (plus the countdown) to the task's start.
+FairTask runs at each ``--shards`` (``fairqueue_shards``), on one Redis or, ``--cluster``,
+on a Redis Cluster of 3 primaries (every node's counters summed).
 
 ``--simulate N``: N waiters run the worker's real idle path in light threads of one process
 (worker/doorbell.py's ``Doorbell``, the store's BZPOPMIN and claim, the claim settling the
