@@ -143,9 +143,11 @@ class FairDispatcher:
         """Pool slots not taken by a broker task or by a fair job this worker still holds.
 
         A held job counts until its ack is settled, which runs a loop turn after the request
-        leaves ``reserved_requests``; counting it keeps the leases at most the pool size.
+        leaves ``reserved_requests``; counting it keeps the leases at most the pool size. The
+        set is copied first (one step under the GIL): the threads pool's threads take their
+        requests out of it while this loop counts ("Set changed size during iteration").
         """
-        broker_tasks = sum(1 for request in worker_state.reserved_requests
+        broker_tasks = sum(1 for request in worker_state.reserved_requests.copy()
                            if not isinstance(request.message.channel, Lease))
         return int(self.consumer.pool.num_processes) - broker_tasks - len(self.held)
 
