@@ -56,10 +56,10 @@ def runs_of(job: Job) -> list[tuple[str, list[Attempt]]]:
     that succeeded is the key's next enqueue (dedupe refuses it while the key is pending,
     running or done); any other comes from a dead letter's replay."""
     runs: dict[str, list[Attempt]] = {}
-    for attempt in job.attempt_history.order_by("id"):
+    for attempt in job.attempt_list():
         runs.setdefault(attempt.delivery_id.rsplit(":", 1)[0], []).append(attempt)
-    for attempts in runs.values():
-        attempts.sort(key=lambda a: (a.number, a.id))
+    for attempts in runs.values():  # the latest, unsaved, after the rows of its number
+        attempts.sort(key=lambda a: (a.number, a.id is None, a.id or 0))
     titled: list[tuple[str, list[Attempt]]] = []
     replays = 0
     for n, (task_id, attempts) in enumerate(runs.items()):
