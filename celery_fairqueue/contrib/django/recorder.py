@@ -4,14 +4,17 @@ It reads batches through the stream's consumer group, folds each batch into the 
 in memory (fold.py: plain values, one handler per event type, one row per job however many of
 its events the batch holds), with the writer (writer.py) loading those rows first and writing
 them back after in one transaction, and only then acknowledges the events. On PostgreSQL the
-write runs in a thread of its own while the next batch is read and folded (on the rows of the
-one being written, which are newer than the tables), so the database and this process work at
-once; a batch is written only once the one before has been, and after a batch that changed
-whole accounts the next one waits for it. A database or Redis that is down makes it log, back
-off and read the same unacknowledged events again, so nothing is lost: they are applied when
-both are back. A batch the database refuses for its content (not its absence) is applied
-event by event and the offending event skipped with an error log, so one bad event cannot
-stall recording.
+three overlap: the write runs in a thread of its own while the next batch is folded (on the
+rows of the one being written, which are newer than the tables), and while a backlog lasts a
+reading thread fetches the batch after from Redis meanwhile, so Redis, the database and this
+process work at once; a batch is written only once the one before has been, and after a batch
+that changed whole accounts the next one waits for it. Whatever makes the recorder read a
+stream again from its first unacknowledged event (a failed write, a change of the streams it
+leads) first waits for the batch being read ahead and drops it. A database or Redis that is
+down makes it log, back off and read the same unacknowledged events again, so nothing is
+lost: they are applied when both are back. A batch the database refuses for its content
+(not its absence) is applied event by event and the offending event skipped with an error
+log, so one bad event cannot stall recording.
 
 Recording must not slow the jobs down: after a batch smaller than ``batch`` the recorder waits
 ``linger_ms`` so the next one gathers more events (group commit), and on PostgreSQL the rows go
@@ -115,6 +118,7 @@ class Recorder:
         self._group_ready = False
         self._paused: dict[tuple[str, str], datetime] = {}
         self._writing: tuple[list[Event], Fold, Future[None]] | None = None  # being written
+        self._ahead: Future[list[Event]] | None = None  # the next batch, being read
         # the leading recorder prunes in its idle time, unless fairqueue_record_prune_interval=0
         self.pruner = Pruner(app) if settings_for(app).record_prune_interval else None
         self._prune_at = float("-inf")
@@ -134,9 +138,40 @@ class Recorder:
             if events:
                 self._write_or_skip(events, self._fold_or_none(events))
         except Exception:
-            self.reader.rewind()
+            self._rewind()
             raise
         return len(events)
+
+    def _rewind(self) -> None:
+        """Read from the first unacknowledged event again, the batch read ahead dropped."""
+        self._drop_ahead()
+        self.reader.rewind()
+
+    def _drop_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            with contextlib.suppress(Exception):
+                ahead.result()  # its events stay pending: read again after the rewind
+
+    def _read_ahead(self, reads: ThreadPoolExecutor, events: list[Event]) -> None:
+        """While a backlog lasts (a full batch was read), read the next batch in ``reads``'
+        thread while this one is folded and the one before written."""
+        if len(events) < self.batch // 2 or not self.leading:
+            return
+        per_stream = max(1, self.batch // max(1, len(self.reader.reading)))
+        self._ahead = reads.submit(self.reader.read, count=per_stream, block_ms=self.block_ms)
+
+    def _next(self) -> list[Event]:
+        """The batch read ahead, else one read now; read again when the streams this recorder
+        leads changed meanwhile (they are read from their first unacknowledged event then)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return self._read()
+        events = ahead.result()
+        streams = list(self.reader.reading)
+        if not self._lead() or self.reader.reading != streams:
+            return self._read()
+        return events
 
     def _read(self) -> list[Event]:
         if not self._group_ready:
@@ -210,10 +245,11 @@ class Recorder:
         logger.info("fairqueue recorder %s started", self.consumer_name)
         failures = 0
         overlap = connections[self.db].vendor == "postgresql"
-        with ThreadPoolExecutor(1, thread_name_prefix="fairqueue-recorder-write") as pool:
+        with ThreadPoolExecutor(1, thread_name_prefix="fairqueue-recorder-write") as pool, \
+                ThreadPoolExecutor(1, thread_name_prefix="fairqueue-recorder-read") as reads:
             while not stop_event.is_set():
                 try:
-                    applied = self._overlapped(pool) if overlap else self.run_once()
+                    applied = self._overlapped(pool, reads) if overlap else self.run_once()
                     failures = 0
                     if not self.leading:
                         stop_event.wait(self.lock_seconds / 6)
@@ -227,21 +263,23 @@ class Recorder:
                     failures += 1
                     with contextlib.suppress(Exception):
                         self._settle(quiet=True)
-                    self.reader.rewind()
+                    self._rewind()
                     if isinstance(exc, TRANSIENT_DB_ERRORS):
                         pool.submit(_close, self.db).result()
                     self._failed(exc, failures)
                     stop_event.wait(self._backoff(failures))
+            self._drop_ahead()
             with contextlib.suppress(Exception):
                 self._settle(quiet=True)
             pool.submit(_close, self.db).result()
         self.release()
         logger.info("fairqueue recorder %s stopped", self.consumer_name)
 
-    def _overlapped(self, pool: ThreadPoolExecutor) -> int:
-        """Read and fold a batch while the one before is written, then hand it to the writing
-        thread; returns the events read."""
-        events = self._read()
+    def _overlapped(self, pool: ThreadPoolExecutor, reads: ThreadPoolExecutor) -> int:
+        """Fold a batch while the one before is written and, in a backlog, the one after is
+        read, then hand it to the writing thread; returns the events read."""
+        events = self._next()
+        self._read_ahead(reads, events)
         if self._writing is not None and self._writing[1].account_updates:
             self._settle()  # rows of those accounts that the fold does not hold may change
         fold = self._fold_or_none(events, self._writing[1] if self._writing else None)
@@ -265,7 +303,7 @@ class Recorder:
         try:
             written.result()
         except Exception as exc:
-            self.reader.rewind()
+            self._rewind()
             if quiet:
                 return False
             if isinstance(exc, TRANSIENT_DB_ERRORS):
