@@ -54,6 +54,7 @@ FLAGS = {"pool": "prefork", "concurrency": 2}
 BACKLOG_WORKERS = {"pool": "threads", "concurrency": 8}
 DB_PORT_ENV = "FQ_BENCH_DB_PORT"
 BATCH_ENV = "FQ_BENCH_RECORDER_BATCH"
+EVENTS_A_JOB = 3  # enqueued, running, succeeded
 QUEUE = "celery"  # the bench tasks' (Celery's default)
 
 
@@ -209,6 +210,13 @@ def backlog_round(server, postgres: PostgresServer, options: argparse.Namespace
         while int(client.get("done") or 0) < options.jobs:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"only {client.get('done')} of {options.jobs} done")
+            time.sleep(0.05)
+        # a job counts itself done before its worker acks it and the store writes its last
+        # event: stopping the workers now could cut those acks on a loaded machine
+        while reader.backlog() < EVENTS_A_JOB * options.jobs:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{reader.backlog()} events written of "
+                                   f"{EVENTS_A_JOB * options.jobs}")
             time.sleep(0.05)
     run = options.jobs / (float(client.get("last")) - float(client.get("first")))
     env = {**os.environ, DB_PORT_ENV: str(postgres.port), "PYTHONPATH": str(ROOT),
