@@ -98,7 +98,7 @@ def phase(server, jobs: int, accounts: int, record: bool) -> tuple[float, float 
     """jobs/s of one worker over the backlog; with ``record``, also the recorder's lag."""
     from bench import app
     from celery_fairqueue.contrib.django.models import Job
-    from celery_fairqueue.contrib.django.recorder import Recorder
+    from celery_fairqueue.contrib.django.recording.recorder import Recorder
     from celery_fairqueue.store import store_for
 
     client = server.client()
@@ -166,7 +166,7 @@ def recorder_child(name: str) -> None:
     """A recorder process for the backlog mode: ready, then records from "go" to SIGTERM."""
     configure_django(os.environ[DB_PORT_ENV], "fqbench")
     from bench import app
-    from celery_fairqueue.contrib.django.recorder import Recorder
+    from celery_fairqueue.contrib.django.recording.recorder import Recorder
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

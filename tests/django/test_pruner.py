@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 
 from celery_fairqueue.contrib.django.models import Attempt, Job
-from celery_fairqueue.contrib.django.pruner import Pruner
+from celery_fairqueue.contrib.django.recording.pruner import Pruner
 from celery_fairqueue.contrib.django.tasks import prune_records
 from celery_fairqueue.settings import settings_for
 from celery_fairqueue.store import store_for

@@ -23,11 +23,11 @@ from django.db import connections
 from django.utils import timezone
 
 import celery_fairqueue
-from celery_fairqueue.contrib.django import overview
 from celery_fairqueue.contrib.django.columns import from_column
-from celery_fairqueue.contrib.django.fold import EXPIRED
+from celery_fairqueue.contrib.django.console import overview
 from celery_fairqueue.contrib.django.models import Attempt, Job
-from celery_fairqueue.contrib.django.recorder import NO_OUTCOME, Recorder
+from celery_fairqueue.contrib.django.recording.fold import EXPIRED
+from celery_fairqueue.contrib.django.recording.recorder import NO_OUTCOME, Recorder
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.protocol import MAX_ID_LENGTH
 from celery_fairqueue.store import store_for

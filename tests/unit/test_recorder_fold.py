@@ -1,13 +1,14 @@
-"""The recorder's fold (contrib/django/fold.py) as pure logic: events built by hand, rows in
-memory, no Redis and no database (pytest-django refuses any query from these tests, which carry
-no ``django_db`` mark). The recorder's tests on a real Redis and database are in
+"""The recorder's fold (contrib/django/recording/fold.py) as pure logic: events built by hand,
+rows in memory, no Redis and no database (pytest-django refuses any query from these tests,
+which carry no ``django_db`` mark). The recorder's tests on a real Redis and database are in
 tests/django/test_recorder.py."""
 
 from datetime import UTC, datetime
 
 import pytest
 
-from celery_fairqueue.contrib.django.fold import (
+from celery_fairqueue.contrib.django.models import Attempt, Job
+from celery_fairqueue.contrib.django.recording.fold import (
     EVENT_TYPES,
     EXPIRED,
     HANDLERS,
@@ -15,9 +16,8 @@ from celery_fairqueue.contrib.django.fold import (
     Fold,
     rows_needed,
 )
-from celery_fairqueue.contrib.django.models import Attempt, Job
-from celery_fairqueue.contrib.django.rows import AttemptRow, JobRow
-from celery_fairqueue.contrib.django.writer import prepare
+from celery_fairqueue.contrib.django.recording.rows import AttemptRow, JobRow
+from celery_fairqueue.contrib.django.recording.writer import prepare
 from celery_fairqueue.protocol import EVENT_FIELDS, Event, EventType, encode_id
 
 Status = Job.Status

@@ -23,15 +23,15 @@ from ....errors import FairqueueError
 from ....reports import BatchOutcome
 from ....store import DeadLetters
 from ....tables import duration, truncate
-from ..actions import CANCEL_PERMISSION, RUN_NOW_PERMISSION
 from ..conf import celery_app
-from ..models import Attempt, DeadJob, Job
-from ..views import (
+from ..console.actions import CANCEL_PERMISSION, RUN_NOW_PERMISSION
+from ..console.views import (
     PURGE_PERMISSION,
     REPLAY_PERMISSION,
     purge_dead_letters,
     replay_dead_letters,
 )
+from ..models import Attempt, DeadJob, Job
 from .common import (
     AccountFilter,
     account_link,

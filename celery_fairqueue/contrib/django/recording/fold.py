@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from functools import lru_cache
 
-from ...protocol import Event, EventType, parse_delivery_id, task_id_of
-from ...search import arguments_text
-from .models import Attempt, Job
+from ....protocol import Event, EventType, parse_delivery_id, task_id_of
+from ....search import arguments_text
+from ..models import Attempt, Job
 from .rows import AttemptRow, JobRow
 
 logger = logging.getLogger("celery_fairqueue.contrib.django.recorder")

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from celery import Celery
 
-from ...errors import FairqueueError
-from ...store import (
+from ....errors import FairqueueError
+from ....store import (
     ConsoleReader,
     EventReader,
     LiveJob,

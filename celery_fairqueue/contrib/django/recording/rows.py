@@ -17,8 +17,8 @@ from typing import Any
 
 from django.db.models import CharField, TextField
 
-from .columns import ID_FIELDS, from_column, to_column, to_text_column
-from .models import Attempt, Job
+from ..columns import ID_FIELDS, from_column, to_column, to_text_column
+from ..models import Attempt, Job
 
 #: The Job columns the fold reads and changes, in :class:`JobRow`'s order, after ``job_key``.
 STATE_FIELDS = ["task_id", "delivery_id", "task", "queue", "account", "status", "attempts",
