@@ -21,7 +21,13 @@ from kombu.serialization import dumps
 
 from .bulk import PendingJob, install_bulk, joining
 from .envelope import JSON_CONTENT_TYPE, Envelope
-from .errors import DeadLetterNotFound, PayloadTooLargeError, ReplayLostError, SerializationError
+from .errors import (
+    DeadLetterNotFound,
+    EnqueueError,
+    PayloadTooLargeError,
+    ReplayLostError,
+    SerializationError,
+)
 from .protocol import (
     ACCOUNT_HEADER,
     JOB_KEY_HEADER,
@@ -29,6 +35,7 @@ from .protocol import (
     delivery_of,
     is_fair,
     last_enqueued_task_id,
+    task_id_of,
 )
 from .redaction import redact_arguments
 from .results import install_result_subscription, put_off_calls, subscribe
@@ -74,7 +81,12 @@ def install_publish_path(app: Celery) -> None:
             return broker_send(producer, name, message, **options)
         batch = joining()
         if batch is not None:  # a group's, a chord header's: stored as the group's block ends
-            batch.add(prepare_fair(app, task, producer, message, options))
+            try:
+                pending = prepare_fair(app, task, producer, message, options)
+            except EnqueueError as exc:  # refused: told in its place as the block ends
+                batch.refuse(task_id_of(delivery_of(message[0])), exc)
+                return None
+            batch.add(pending)
             return None
         try:
             result = publish_fair(app, task, producer, message, options)

@@ -15,7 +15,8 @@ from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 from celery.result import AsyncResult
 
-from .bulk import EnqueueOutcome, current, follow, signature_of
+from . import bulk
+from .bulk import EnqueueOutcome, follow
 from .errors import (
     ConfigurationError,
     InvalidAccountError,
@@ -401,20 +402,11 @@ class FairTask(ReliableTask):
         """Enqueue many jobs of this task in pipelined batches (one round trip per shard per
         ``fairqueue_enqueue_batch`` jobs, each job its own atomic store), as a ``group`` of
         them is; each call is an args tuple or list, a kwargs dict, or a signature of this
-        task (``task.s(...).set(account=...)``), each given ``options``. Returns each job's
-        outcome, in order; when any job was not stored, raises the error one ``.delay()`` of
-        it would, its ``outcomes`` saying which jobs were."""
-        signatures = [signature_of(self, call) for call in calls]
-        if self.app.conf.task_always_eager:  # eager: runs each at once, touching no store
-            return [EnqueueOutcome(sig.apply_async(**options).id, stored=True)
-                    for sig in signatures]
-        with self.app.producer_or_acquire() as producer:  # stored as the block ends
-            batch = current()
-            if batch is not None:  # every call is at hand: none need start first
-                batch.first_at_once = False
-            for sig in signatures:
-                sig.apply_async(producer=producer, **options)
-        return batch.outcomes if batch is not None else []
+        task (``task.s(...).set(account=...)``), each given ``options``. Every call is judged
+        before any is stored; returns each call's outcome, in order. When any call was not
+        stored (refused, or not tried once the store failed), the others are stored and the
+        first failed call's error is raised, its ``outcomes`` every call's (bulk.py)."""
+        return bulk.apply_many(self, calls, options)
 
     def retry(self, args: Any = None, kwargs: Any = None, exc: Any = None, throw: bool = True,
               eta: Any = None, countdown: Any = None, max_retries: Any = None,

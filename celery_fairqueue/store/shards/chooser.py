@@ -8,7 +8,7 @@ of the whole store is its weight over the sum, wherever it lives. A shard that c
 work joins at the lowest pass of those that have work: it neither banks turns while idle nor
 jumps the others, as an account joins its rotation.
 
-A shard of unknown weight is asked first: never asked yet, woken on its channel (new work), or
+A shard of unknown weight is asked first: never asked yet, woken by its doorbell (new work), or
 believed empty and due (a deferred account or delayed job) or not asked for a poll interval (a
 missed wake-up). A shard with work waits for its pass, however long ago it was asked: were it
 asked first once stale, every shard would be stale whenever a worker claims from each less
@@ -74,9 +74,16 @@ class ShardChooser:
         self.asked[n] = now
         self.due[n] = now + next_due if next_due is not None else math.inf
 
+    def due_shards(self, now: float) -> list[int]:
+        """The shards whose deferred account or delayed job is due (the time keeper's tick)."""
+        return [n for n, due in enumerate(self.due) if due <= now]
+
     def woken(self, n: int) -> None:
-        """Shard ``n`` signalled new work: its weight is unknown until it is asked."""
-        self.weights[n] = None
+        """Shard ``n``'s doorbell rang: believed empty, its weight is unknown until it is
+        asked; one known to have work waits for its pass (a claim that leaves work rings too,
+        and its ring must not jump the stride order)."""
+        if not self.weights[n]:
+            self.weights[n] = None
 
     def failed(self, n: int, now: float) -> None:
         """Shard ``n`` did not answer: ask it again in a second (the claim goes on without)."""
@@ -85,7 +92,7 @@ class ShardChooser:
 
     def forget(self) -> None:
         """Every shard's weight is unknown (an operator's change may have made work runnable;
-        the other workers learn it from the wake channels)."""
+        the other workers learn it from the doorbells)."""
         self.weights = [None] * len(self.weights)
 
     def next_due(self, now: float) -> float | None:

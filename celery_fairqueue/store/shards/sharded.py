@@ -113,14 +113,14 @@ class ShardedStore(FairStore):
         return shard
 
     def shard_of_key(self, key: str) -> int:
-        """The shard a key or wake channel of this store belongs to, by its hash tag."""
+        """The shard a key of this store belongs to, by its hash tag."""
         return self._by_tag[key[:key.index("}") + 1]]
 
     # -- jobs ------------------------------------------------------------------------------
 
     def enqueue(self, *, account: str, **job: Any) -> EnqueueResult:
         """Store the job on its account's shard (which this process, should it claim, asks
-        next: other processes are woken on the shard's channel); while a reshard moves the
+        next: other processes are woken by the shard's doorbell); while a reshard moves the
         store, on its old shard, told where the account goes (enqueue.lua), or where the old
         shard says it went."""
         with operation("enqueue"):
@@ -175,16 +175,20 @@ class ShardedStore(FairStore):
         return done
 
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
-              first: int = 0, acks: Sequence[Lease] = ()) -> Claim:
+              first: int = 0, acks: Sequence[Lease] = (), *, keeps_time: bool = True,
+              tick: bool = False) -> Claim:
         """Lease up to ``want`` jobs from the shards the chooser names, in turn, and settle
         ``acks`` on their own shards (riding with a claim there, or alone). A shard that fails
         is left out for a moment: what the others answered is kept, and the acks it did not
         settle come back in ``Claim.unsettled``; only when no shard answered does the claim
-        raise, as a claim of one store does."""
+        raise, as a claim of one store does. ``tick`` with no ``want``: the time keeper's
+        claim of nothing on each shard whose due time came (Jobs.claim)."""
         self.check_shards()
         if len(self.shards) == 1:  # a store of one shard: its claim, as it is
-            return self.shards[0].claim(queues, want, token, default_limit, first, acks)
+            return self.shards[0].claim(queues, want, token, default_limit, first, acks,
+                                        keeps_time=keeps_time, tick=tick)
         want = min(want, self.settings.claim_batch) if queues else 0
+        ticking = self._chooser.due_shards(time.monotonic()) if tick and want <= 0 else []
         by_shard: dict[int, list[Lease]] = {}
         for lease in acks:
             by_shard.setdefault(self._by_tag[lease.store.keys.tag], []).append(lease)
@@ -205,7 +209,7 @@ class ShardedStore(FairStore):
             riding = by_shard.pop(n, [])
             try:
                 got = self.shards[n].claim(queues, want - len(leases), token, default_limit,
-                                           first, riding)
+                                           first, riding, keeps_time=keeps_time)
             except FairqueueError as exc:
                 self._chooser.failed(n, now)
                 unsettled += riding
@@ -217,6 +221,20 @@ class ShardedStore(FairStore):
             expired += got.expired
             lost += got.lost
             runnable += got.runnable
+        for n in ticking:
+            now = time.monotonic()
+            settling = by_shard.pop(n, [])
+            try:
+                got = self.shards[n].claim(queues, 0, token, default_limit, first, settling,
+                                           keeps_time=keeps_time, tick=True)
+            except FairqueueError as exc:
+                self._chooser.failed(n, now)
+                unsettled += settling
+                failure = failure or exc
+                continue
+            answered = True
+            self._chooser.claimed(n, 0, got.runnable, got.next_due, now)
+            lost += got.lost
         for n, settling in by_shard.items():  # acks of shards not claimed from
             try:
                 lost += self.shards[n].claim([], 0, token, "", acks=settling).lost
@@ -237,9 +255,9 @@ class ShardedStore(FairStore):
         for shard in self.shards:
             shard.forget_recording()
 
-    def woken(self, channel: str) -> None:
-        """A shard signalled work on its wake channel (worker/wakeups.py): ask it next."""
-        self._chooser.woken(self.shard_of_key(channel))
+    def woken(self, key: str) -> None:
+        """A shard's doorbell rang (worker/doorbell.py): ask it next."""
+        self._chooser.woken(self.shard_of_key(key))
 
     def bury(self, job_id: str, reason: str, record: dict[str, Any] | None = None) -> None:
         account = (record or {}).get("account")
@@ -252,9 +270,10 @@ class ShardedStore(FairStore):
     # -- the fleet -------------------------------------------------------------------------
 
     def beat(self, worker_id: str, registration: WorkerRegistration | None,
-             job_ids: Sequence[str]) -> Beat:
-        """The registration renewed at the home shard, each leased job's lease on its own
-        (one of unknown shard, on every shard: it is lost where none holds it)."""
+             job_ids: Sequence[str], *, keeping: bool = True) -> Beat:
+        """The registration and the queues' time keepers renewed at the home shard, each
+        leased job's lease on its own (one of unknown shard, on every shard: it is lost where
+        none holds it)."""
         known = {job_id: self._job_shard[job_id] for job_id in job_ids
                  if job_id in self._job_shard}
         self._job_shard = known  # the jobs no longer held are forgotten
@@ -263,16 +282,19 @@ class ShardedStore(FairStore):
         lost: list[str] = []
         instances: list[str] = []
         live = 0
+        keeps: list[str] = []
         for n, shard in enumerate(self.shards):
             mine = [job_id for job_id, at in known.items() if at == n]
-            beat = shard.beat(worker_id, registration if n == 0 else None, mine + unknown)
+            beat = shard.beat(worker_id, registration if n == 0 else None, mine + unknown,
+                              keeping=keeping)
+            keeps += beat.keeps
             lost += [job_id for job_id in beat.lost if job_id in known]
             missing = set(beat.lost) & set(unknown)
             lost_everywhere = missing if lost_everywhere is None else lost_everywhere & missing
             instances.append(beat.instance)
             live = live or beat.live_workers
         return Beat(lost=lost + sorted(lost_everywhere or ()), instance=",".join(instances),
-                    live_workers=live)
+                    live_workers=live, keeps=keeps)
 
     def instance(self) -> str:
         """The shards' instance ids: one of them new means that shard lost its data."""

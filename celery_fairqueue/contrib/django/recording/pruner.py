@@ -5,7 +5,9 @@ status. The pruner walks each status's old rows in ``finished_at`` order through
 ``fairqueue_record_prune_batch`` at a time, and deletes a batch in one short transaction, so
 it never holds a lock for long and the recorder goes on writing beside it. A job the store
 still holds (waiting or running again, or a dead letter not yet purged) is kept whatever its
-age. It runs from ``manage.py fairqueue prune``, from the ``prune_records`` task that a beat
+age: held under the row's own delivery, or under any other its business key's marker names
+(a replay or retry waiting, running or dead, that the recorder may not have caught up on). It
+runs from ``manage.py fairqueue prune``, from the ``prune_records`` task that a beat
 schedule can call, and by default in the leading recorder's idle time (recorder.py); each
 batch deleted adds to the store's ``pruned`` counter (``fairqueue_pruned_total``).
 """
@@ -76,13 +78,16 @@ class Pruner:
             rows = rows.filter(Q(finished_at__gt=after[0]) | Q(finished_at=after[0],
                                                                 id__gt=after[1]))
         batch = list(rows.order_by("finished_at", "id")
-                     .values_list("id", "finished_at", "account", "delivery_id")[:self.batch])
+                     .values_list("id", "finished_at", "account", "delivery_id", "job_key")
+                     [:self.batch])
         if not batch:
             return 0, True
         self._after[status] = (batch[-1][1], batch[-1][0])
-        held = held_jobs(self.store, [(from_column(account), from_column(job_id))
-                                      for _, _, account, job_id in batch])
-        ids = [pk for pk, _, _, job_id in batch if from_column(job_id) not in held]
+        # held by the row's delivery, or by its business key under another (a replay, a
+        # retry the recorder has not caught up on)
+        held = held_jobs(self.store, [(from_column(account), from_column(job_id),
+                                       from_column(key)) for _, _, account, job_id, key in batch])
+        ids = [pk for pk, _, _, job_id, _ in batch if from_column(job_id) not in held]
         deleted = self._delete(ids, status, cutoff) if ids else 0
         count_pruned(self.store, deleted)
         return deleted, len(batch) < self.batch
