@@ -29,7 +29,8 @@ from ....store.readers.retention import count_pruned, held_jobs
 from ..columns import from_column
 from ..models import Attempt, Job
 
-logger = logging.getLogger(__name__)
+# the name it logged under before the app had rooms: logging settings name it
+logger = logging.getLogger("celery_fairqueue.contrib.django.pruner")
 
 
 class Pruner:

@@ -76,7 +76,8 @@ from .pruner import Pruner
 
 __all__ = ["NO_OUTCOME", "Recorder", "default_consumer_name"]
 
-logger = logging.getLogger(__name__)
+# the name it logged under before the app had rooms: logging settings name it
+logger = logging.getLogger("celery_fairqueue.contrib.django.recorder")
 
 # The database is away (down, restarting, unreachable): keep the events and try again. Any other
 # database error is the batch's fault, which retrying would repeat forever.
