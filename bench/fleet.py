@@ -30,7 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from bench._common import percentile, ratio, redis_server, workers
-from bench.environment import SHARDS_ENV
+from bench.environment import SHARDS_ENV, STORE_URL_ENV
+from bench.fairness import fair_store
 from celery_fairqueue.settings import FairqueueSettings
 
 # the package's default fallback poll (bench.app polls every 50 ms unless told)
@@ -48,10 +49,18 @@ class Cost(NamedTuple):
     p99_ms: float
 
 
+#: Every Redis whose counters are read: the bench's redis-server, and the fair store's cluster
+#: primaries with ``--cluster`` (each its own counters, summed).
+NODES: list = []
+
+
 def counters(client) -> tuple[int, float]:
-    info = client.info()
-    return int(info["total_commands_processed"]), float(info["used_cpu_user"]) + float(
-        info["used_cpu_sys"])
+    commands, cpu = 0, 0.0
+    for node in [client, *NODES]:
+        info = node.info()
+        commands += int(info["total_commands_processed"])
+        cpu += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    return commands, cpu
 
 
 def app_of(kind: str):
@@ -70,7 +79,8 @@ def trickle(client, kind: str, mode: str, jobs: int) -> Cost:
     idle_commands, idle_cpu = counters(client)
     time.sleep(IDLE_SECONDS)
     commands, cpu = counters(client)
-    idle_rate = ((commands - idle_commands - 1) / IDLE_SECONDS, (cpu - idle_cpu) / IDLE_SECONDS)
+    idle_rate = ((commands - idle_commands - 1 - len(NODES)) / IDLE_SECONDS,
+                 (cpu - idle_cpu) / IDLE_SECONDS)
     started = time.monotonic()
     countdown = COUNTDOWN if mode == "delayed" else 0.0
     for n in range(jobs):
@@ -91,7 +101,7 @@ def trickle(client, kind: str, mode: str, jobs: int) -> Cost:
     done = client.llen("runs")
     records = [json.loads(r) for r in client.lrange("runs", 0, -1)]
     waits = [(started_at - enqueued) * 1e3 for _, enqueued, started_at, _ in records]
-    used = after_commands - commands - idle_rate[0] * elapsed - polls - 1
+    used = after_commands - commands - idle_rate[0] * elapsed - polls - 1 - len(NODES)
     return Cost(used / max(done, 1), (after_cpu - cpu - idle_rate[1] * elapsed) / max(done, 1)
                 * 1e6, percentile(waits, 50), percentile(waits, 99))
 
@@ -109,6 +119,9 @@ def run_fleet(server, kind: str, count: int, shards: int, modes: Sequence[str],
     client.flushall()
     os.environ[SHARDS_ENV] = str(shards)
     _reset_stores()
+    if NODES:  # the fair store on the cluster: emptied, with the number of shards it had
+        for node in NODES:
+            node.flushall()
     with start_fleet(server, kind, count, shards):
         time.sleep(3)  # past start-up: first claims, heartbeats, the keeper's election
         return {mode: trickle(client, kind, mode, jobs) for mode in modes}
@@ -181,6 +194,15 @@ def _run(client, lease) -> None:
     client.rpush("runs", json.dumps([args[0], args[1], time.time(), time.time()]))
 
 
+def _cluster_nodes() -> list:
+    """A client of each primary of the cluster the store is on (bench.fairness.fair_store:
+    three primaries, no replicas, each a startup node of its URL)."""
+    import redis
+
+    return [redis.Redis.from_url(url.replace("redis+cluster://", "redis://"))
+            for url in os.environ[STORE_URL_ENV].split(";")]
+
+
 def idle_rates(server, count: int, seconds: float = 10.0) -> dict[str, float]:
     rates = {}
     for kind in ("plain", "fair"):
@@ -203,12 +225,16 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument("--simulate", type=int, default=0)
     parser.add_argument("--idle", action="store_true")
+    parser.add_argument("--cluster", action="store_true",
+                        help="the fair store on a Redis Cluster of 3 primaries")
     options = parser.parse_args()
     fleet = [int(w) for w in options.workers.split(",") if w]
     shard_counts = [int(s) for s in options.shards.split(",") if s]
     modes = options.modes.split(",")
     ok = True
-    with redis_server() as server:
+    with redis_server() as server, fair_store(options.cluster):
+        if options.cluster:
+            NODES.extend(_cluster_nodes())
         table: dict[tuple[str, int, int], dict[str, Cost]] = {}
         for count in fleet:
             table["plain", count, 1] = run_fleet(server, "plain", count, 1, modes, options.jobs)

@@ -274,9 +274,12 @@ class FairDispatcher:
 
     def _on_due(self) -> None:
         self._due = None
+        if self.doorbell is not None:  # the keeper promotes what is due even with no free slot
+            self.doorbell.ticking = True
         self.claim(force=True)
 
     def _poll(self) -> None:
+        self.store.rescan()
         self.claim(force=True)
 
     def default_limit(self) -> str:

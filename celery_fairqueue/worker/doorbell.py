@@ -36,7 +36,11 @@ SWEEP_SECONDS = 0.5
 WAIT_SECONDS = 5.0
 #: How often a busy worker looks at its slots again (a broker task that ends frees one, and
 #: no ring says so).
-BUSY_SECONDS = 0.1
+BUSY_SECONDS = 0.025
+#: How long a busy keeper waits for a call on its queues' clocks, every SWEEP_SECONDS.
+CALL_SECONDS = 0.01
+#: How long a waiting thread whose store failed waits before it tries again.
+RETRY_SECONDS = 1.0
 
 
 class Doorbell:
@@ -79,6 +83,8 @@ class Doorbell:
     def stop(self) -> None:
         self._stopping.set()
         self.idle.set()
+        for wait in list(self._waits):  # a worker shutting down does not wait for a timeout
+            wait.interrupt()
         for thread in list(self._threads):
             thread.join(timeout=WAIT_SECONDS + 1)
 
@@ -119,7 +125,7 @@ class Doorbell:
                     self.idle.wait(BUSY_SECONDS)
                     self.wake()
                     if keys and time.monotonic() - last_sweep >= SWEEP_SECONDS:
-                        self._heard(wait.wait(keys, BUSY_SECONDS / 10))
+                        self._heard(wait.wait(keys, CALL_SECONDS))
                 if keeps and time.monotonic() - last_sweep >= SWEEP_SECONDS:
                     last_sweep = time.monotonic()
                     self._sweep(group)
@@ -130,7 +136,7 @@ class Doorbell:
                     self._waits.remove(wait)
                     wait.close()
                     wait = None
-                self._stopping.wait(BUSY_SECONDS)
+                self._stopping.wait(RETRY_SECONDS)
         if wait is not None:
             wait.close()
 

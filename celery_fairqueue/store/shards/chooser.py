@@ -8,12 +8,13 @@ of the whole store is its weight over the sum, wherever it lives. A shard that c
 work joins at the lowest pass of those that have work: it neither banks turns while idle nor
 jumps the others, as an account joins its rotation.
 
-A shard of unknown weight is asked first: never asked yet, woken by its doorbell (new work), or
-believed empty and due (a deferred account or delayed job) or not asked for a poll interval (a
-missed wake-up). A shard with work waits for its pass, however long ago it was asked: were it
-asked first once stale, every shard would be stale whenever a worker claims from each less
-often than once a poll interval (a short interval, big batches, many shards), and they would
-take turns, not shares; its weight is brought up to date when its pass comes.
+A shard of unknown weight is asked first: never asked yet, woken by its doorbell (new work),
+believed empty and due (a deferred account or delayed job), or believed empty at the
+worker's poll (``rescan``: a missed ring). A shard believed empty is not asked again on its own:
+its doorbell rings when it gains work (worker/doorbell.py), and asking every empty shard once
+a poll interval made each worker's cost grow with the shards and the fleet. A shard with
+work waits for its pass, however long ago it was asked: were it asked first once stale, they
+would take turns, not shares; its weight is brought up to date when its pass comes.
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ RETRY_FAILED_SECONDS = 1.0
 class ShardChooser:
     """One worker's view of its shards' runnable weights, and its choice among them."""
 
-    def __init__(self, shards: int, poll_interval: float) -> None:
-        self.poll_interval = poll_interval
+    def __init__(self, shards: int) -> None:
         self.weights: list[int | None] = [None] * shards  # None: unknown, ask it
         self.passes = [0.0] * shards
         self.due = [math.inf] * shards  # monotonic time a shard's deferred work is due
@@ -39,7 +39,7 @@ class ShardChooser:
         weight = self.weights[n]
         if weight is None:
             return True
-        return weight <= 0 and (self.due[n] <= now or now - self.asked[n] >= self.poll_interval)
+        return weight <= 0 and self.due[n] <= now
 
     def pick(self, now: float, tried: set[int], settling: Collection[int] = (),
              batch: int = 1) -> int | None:
@@ -94,6 +94,11 @@ class ShardChooser:
         """Every shard's weight is unknown (an operator's change may have made work runnable;
         the other workers learn it from the doorbells)."""
         self.weights = [None] * len(self.weights)
+
+    def rescan(self) -> None:
+        """The worker's poll: every shard believed empty is asked at its next claim (its
+        ring may have been lost); one known to have work keeps its pass."""
+        self.weights = [weight if weight else None for weight in self.weights]
 
     def next_due(self, now: float) -> float | None:
         """Seconds until some shard's deferred account or delayed job is due (as a claim of one

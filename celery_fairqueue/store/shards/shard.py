@@ -122,6 +122,9 @@ class FairStore(Jobs, Fleet, Operator):
                 self.home.shard_at(int(str(where)[2:])).mark_done_unless_done(
                     lease.stored_key, lease.job_id)
 
+    def rescan(self) -> None:
+        """A worker's poll: a sharded store asks every shard at its next claim."""
+
     def woken(self, key: str) -> None:
         """A queue's doorbell rang (worker/doorbell.py); a sharded store notes which shard's."""
 

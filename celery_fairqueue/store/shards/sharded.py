@@ -85,7 +85,7 @@ class ShardedStore(FairStore):
                 FairStore(self.client, Keys(self.keys.prefix, n), self.settings, home=self,
                           sharded=count > 1) for n in range(len(self.shards), count)]
             self._by_tag = {shard.keys.tag: n for n, shard in enumerate(self.shards)}
-            self._chooser = ShardChooser(count, self.settings.poll_interval)
+            self._chooser = ShardChooser(count)
         if self.sharded != (count > 1):
             for store in (self, *self.shards):
                 store.set_sharded(count > 1)
@@ -255,6 +255,11 @@ class ShardedStore(FairStore):
         for shard in self.shards:
             shard.forget_recording()
 
+    def rescan(self) -> None:
+        """The worker's poll: every shard believed empty is asked at its next claim (a ring
+        may be lost)."""
+        self._chooser.rescan()
+
     def woken(self, key: str) -> None:
         """A shard's doorbell rang (worker/doorbell.py): ask it next."""
         self._chooser.woken(self.shard_of_key(key))
@@ -367,8 +372,9 @@ class ShardedStore(FairStore):
         shard = self.task_shard(task_id)
         return shard.run_now(task_id) if shard is not None else []
 
-    def purge(self, queues: Sequence[str] | None = None, batch: int = 1000) -> int:
-        return sum(FairStore.purge(shard, queues, batch) for shard in self.shards)
+    def purge(self, queues: Sequence[str] | None = None, batch: int = 1000,
+              on_taken: Callable[[list[str]], None] | None = None) -> int:
+        return sum(FairStore.purge(shard, queues, batch, on_taken) for shard in self.shards)
 
     def pause(self, account: str | None = None, queue: str | None = None, *, by: str = "",
               reason: str = "") -> OperatorPause:
