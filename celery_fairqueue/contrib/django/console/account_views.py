@@ -16,12 +16,10 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from ....errors import FairqueueError
-from ....limits import AccountLimit as Limit
 from ....reasons import reason_text
 from ....reports import limit_text
 from ....states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, ACCOUNTS_READY, Reason
-from ....store import QueueState, store_for
+from ....store import QueueState
 from ....tables import duration, truncate
 from ..conf import celery_app
 from . import history, overview
@@ -131,30 +129,18 @@ def _queue_row(queue: str, state: QueueState | None, recorded: dict[str, Any],
     }
 
 
-def _own_limit(account: str) -> tuple[Limit | None, int]:
-    """The account's own limit, even with no job in the store, and the store's default weight
-    (None and 1 while the store cannot be read)."""
-    try:
-        store = store_for(celery_app())
-        own, default = store.get_limit(account), store.default_limit()
-    except (FairqueueError, ValueError):  # ValueError: an id the store cannot hold
-        return None, 1
-    return own, default.weight if default else 1
-
-
 def account_view(request: HttpRequest, account: str, context: dict[str, Any]) -> HttpResponse:
-    """One account: per queue its state now and why, its limit, waits, recent history."""
+    """One account: per queue its state now and why, its limit, waits, recent history. The
+    store is read once (live.py), then the database (history.py); this only joins them."""
     now = history.now()
     live = account_live(celery_app(), account)
     recorded = history.account_queues(account, now)
+    share = history.completion_share(account, live.weight, now, live.default_weight)
+    recent = history.recent_jobs(account)
     states = {state.queue: state for state in live.states}
     queues = sorted(states.keys() | recorded.keys())
     rows = [_queue_row(q, states.get(q), recorded.get(q, {}), live.server_time, now,
                        live.error is not None) for q in queues]
-    limit = next((s.limit for s in live.states if s.limit and not s.limit_is_default), None)
-    stored, default_weight = _own_limit(account)
-    limit = limit or stored
-    weight = limit.weight if limit else default_weight
     live_jobs = [{"job": job, "since": exact_epoch(job.since), "due": exact_epoch(job.due),
                   "delayed": job.due is not None and bool(live.server_time)
                   and job.due > (live.server_time or 0)} for job in live.jobs]
@@ -164,12 +150,12 @@ def account_view(request: HttpRequest, account: str, context: dict[str, Any]) ->
         "account": account,
         "rows": rows,
         "paused": any(s.reason == Reason.PAUSED for s in live.states),
-        "own_limit": limit,
-        "weight": weight,
-        "share": history.completion_share(account, weight, now, default_weight),
+        "own_limit": live.limit,
+        "weight": live.weight,
+        "share": share,
         "live_error": live.error,
         "live_jobs": live_jobs,
-        "recent": history.recent_jobs(account),
+        "recent": recent,
         "jobs_url": _changelist("job", account=account),
         "dead_url": _changelist("deadjob", account=account),
         "limits_url": _changelist("accountlimit", q=account),
