@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from functools import lru_cache
 
-from ....protocol import Event, EventType, parse_delivery_id, task_id_of
+from ....protocol import Event, EventType, parse_delivery_id
 from ....search import arguments_text
 from ..models import Attempt, Job
 from .rows import AttemptRow, JobRow
@@ -81,7 +81,7 @@ def rows_needed(events: Iterable[Event]) -> tuple[set[str], set[str], set[str]]:
     keys = {key_of(e) for e in deliveries.values() if e.type == EventType.ENQUEUED}
     # the attempts of the deliveries that run or end here: a job only enqueued has none yet
     ran = {e.job_id for e in events if e.job_id and e.type not in NO_ATTEMPT}
-    return keys, {task_id_of(delivery) for delivery in deliveries}, ran
+    return keys, {e.task_id for e in deliveries.values() if e.task_id}, ran
 
 
 class Fold:
