@@ -13,7 +13,7 @@ Redis CPU per job. Pickup is from ``.delay()`` (plus the countdown) to the task'
 FairTask runs at each ``--shards`` (``fairqueue_shards``, one Redis).
 
 ``--simulate N``: N waiters run the worker's real idle path in light threads of one process
-(worker/doorbell.py's ``Doorbell``, the store's BLPOP and claim, the claim settling the
+(worker/doorbell.py's ``Doorbell``, the store's BZPOPMIN and claim, the claim settling the
 previous job), without a Celery consumer, pool or broker connection: what N idle nodes cost
 per trickling job. ``--idle``: Redis commands a second of an idle fleet of 24 of each kind.
 """

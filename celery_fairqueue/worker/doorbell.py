@@ -44,7 +44,7 @@ RETRY_SECONDS = 1.0
 
 
 class Doorbell:
-    """The waiting threads of one worker (one per group of doorbells one BLPOP can wait on:
+    """The waiting threads of one worker (one per group of doorbells one BZPOPMIN can wait on:
     DoorbellWait.groups), and whether the worker keeps its queues' time."""
 
     def __init__(self, store: FairStore, queues: Sequence[str], wake: Callable[[], None]) -> None:

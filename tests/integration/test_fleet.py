@@ -26,7 +26,7 @@ def calls(redis_client, command: str) -> int:
 
 
 def blocked(redis_client) -> int:
-    return sum(1 for c in redis_client.client_list() if c.get("cmd") == "blpop")
+    return sum(1 for c in redis_client.client_list() if c.get("cmd") == "bzpopmin")
 
 
 def idle_fleet(celery_worker_factory, redis_client, count: int, env=None) -> list:
@@ -77,12 +77,12 @@ def test_a_worker_killed_right_after_it_took_a_ring_strands_no_job(fair, celery_
                                                                    fair_store, redis_client,
                                                                    redis_server):
     """A client that blocks on the doorbell before any worker, takes the first ring and never
-    claims (a worker killed right after its BLPOP): the keeper's sweep rings again, and
+    claims (a worker killed right after its BZPOPMIN): the keeper's sweep rings again, and
     another worker runs the job within a second."""
     taken: list = []
     dead = redis_server.client(socket_timeout=60)
     bell = fair_store.keys.queue("celery").bell
-    waiter = threading.Thread(target=lambda: taken.append(dead.blpop([bell], timeout=30)))
+    waiter = threading.Thread(target=lambda: taken.append(dead.bzpopmin([bell], timeout=30)))
     waiter.start()
     assert wait_until(lambda: blocked(redis_client) >= 1, timeout=5)
     idle_fleet(celery_worker_factory, redis_client, 2)

@@ -28,7 +28,7 @@ def test_a_countdown_job_runs_when_due_though_the_worker_polls_seldom(fair, idle
 
 
 def blocked_on_doorbells(redis_client) -> list[dict]:
-    return [c for c in redis_client.client_list() if c.get("cmd") == "blpop"]
+    return [c for c in redis_client.client_list() if c.get("cmd") == "bzpopmin"]
 
 
 def test_a_lost_doorbell_connection_is_made_again_and_nothing_waits(fair, celery_worker_factory,

@@ -132,7 +132,7 @@ def rings(redis_client, bell: str, run) -> int:
     """How many rings ``run()`` leaves on the doorbell ``bell`` (emptied first)."""
     redis_client.delete(bell)
     run()
-    return int(redis_client.llen(bell))
+    return int(redis_client.zcard(bell))
 
 
 def test_a_claim_that_takes_the_account_it_promoted_wakes_no_idle_worker(store, redis_client):

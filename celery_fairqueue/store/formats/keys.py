@@ -83,15 +83,15 @@ class QueueKeys:
 
     @property
     def bell(self) -> str:
-        """List: the queue's doorbell on this shard. Idle workers block on it (BLPOP); a script
-        that leaves work nobody claims pushes one ring, so Redis wakes exactly one of them
-        (lib/rotation.lua ``ring``; worker/doorbell.py)."""
+        """Sorted set: the queue's doorbell on this shard. Idle workers block on it (BZPOPMIN);
+        a script that leaves work nobody claims adds one ring, so Redis wakes exactly one of
+        them (lib/rotation.lua ``ring``; worker/doorbell.py)."""
         return self.state.removesuffix("state") + "bell"
 
     @property
     def clock(self) -> str:
-        """List: the time keeper's doorbell on this shard: rung when a due time comes before
-        every other one the queue had (a delayed job, a deferred account), so the keeper arms
+        """Sorted set: the time keeper's doorbell on this shard: rung when a due time comes
+        before every other one the queue had (a delayed job, a deferred account), so the keeper arms
         its timer for it (lib/rotation.lua ``call_keeper``)."""
         return self.state.removesuffix("state") + "clock"
 

@@ -1,8 +1,9 @@
 """An idle worker's wait for work: a blocking pop on its queues' doorbells.
 
-The scripts ring a queue's doorbell (a list per queue and shard, QueueKeys.bell) when its
+The scripts ring a queue's doorbell (a sorted set per queue and shard, QueueKeys.bell) when its
 rotation gains work that nobody is claiming, and a claim that leaves work rings once more; idle
-workers block on the doorbells with one BLPOP, so Redis hands each ring to exactly one of them.
+workers block on the doorbells with one BZPOPMIN, so Redis hands each ring to exactly one of
+them.
 The queue's time keeper also blocks on its calls (QueueKeys.clock). A ring can still be lost
 (a worker killed right after it took one): the keeper's sweep rings again for work nobody came
 for (ring.lua), and every worker still polls, seldom, as a fallback.
@@ -20,13 +21,13 @@ from ..connection.connect import is_cluster, make_client
 from ..connection.translate import translate
 from ..shards.shard import FairStore
 
-#: How much longer than the longest BLPOP the waiting connection's socket waits for a reply.
+#: How much longer than the longest BZPOPMIN the waiting connection's socket waits for a reply.
 SOCKET_MARGIN_SECONDS = 5.0
 
 
 class DoorbellWait:
-    """Blocking pops on the store's doorbells, on a connection of its own (a BLPOP holds its
-    connection for as long as it waits)."""
+    """Blocking pops on the store's doorbells, on a connection of its own (a BZPOPMIN holds
+    its connection for as long as it waits)."""
 
     def __init__(self, store: FairStore, longest_wait: float) -> None:
         self._url = store.settings.redis_url or ""
@@ -38,8 +39,8 @@ class DoorbellWait:
 
     @staticmethod
     def shards_of(store: FairStore) -> list[list[FairStore]]:
-        """The store's shards in groups whose doorbells one BLPOP can wait on: all of them on
-        one Redis, each alone on a cluster (a blocking pop waits on one slot's keys)."""
+        """The store's shards in groups whose doorbells one BZPOPMIN can wait on: all of them
+        on one Redis, each alone on a cluster (a blocking pop waits on one slot's keys)."""
         if is_cluster(store.client):
             return [[shard] for shard in store.shards]
         return [list(store.shards)]
@@ -58,9 +59,9 @@ class DoorbellWait:
         try:
             if self._id is None and not is_cluster(self._client):
                 self._id = int(self._client.client_id())
-            popped = self._client.blpop(list(keys), timeout=timeout)
+            popped = self._client.bzpopmin(list(keys), timeout=timeout)
         except (redis.RedisError, RedisClusterException) as exc:
-            raise translate(exc, self._url, "BLPOP (doorbell)") from exc
+            raise translate(exc, self._url, "BZPOPMIN (doorbell)") from exc
         if not popped:
             return None
         key = str(popped[0])

@@ -70,24 +70,25 @@ local function account_weight(account)
   return packed and select(5, split_limit(packed)) or 1
 end
 
--- Ring the queue's doorbell (QueueKeys.bell): idle workers block on it with BLPOP, so Redis
+-- Ring the queue's doorbell (QueueKeys.bell): idle workers block on it with BZPOPMIN, so Redis
 -- hands each ring to exactly one of them (worker/doorbell.py). It holds at most ``rings``
--- (default 1) rings: a ring nobody has taken yet wakes a worker already, and the worker it
--- wakes rings again when its claim leaves work (a chain, not a broadcast).
+-- (default 1) rings, the members "1" to "rings", and one ZADD NX tops it up to that (a ring
+-- nobody has taken yet wakes a worker already); the worker it wakes rings again when its claim
+-- leaves work (a chain, not a broadcast). BullMQ's marker key is the same idea.
 local function ring(qk, rings)
-  local missing = (rings or 1) - redis.call('LLEN', qk.bell)
-  for _ = 1, missing do
-    redis.call('RPUSH', qk.bell, 1)
+  local members = {}
+  for n = 1, rings or 1 do
+    members[#members + 1] = 0
+    members[#members + 1] = n
   end
+  redis.call('ZADD', qk.bell, 'NX', unpack(members))
 end
 
 -- Tell the queue's time keeper (QueueKeys.clock) that a due time came before all the others
 -- it knew of: it arms its timer for it. One pending call is enough: the keeper's claim reads
 -- the queue's first due times itself.
 local function call_keeper(qk)
-  if redis.call('LLEN', qk.clock) == 0 then
-    redis.call('RPUSH', qk.clock, 1)
-  end
+  redis.call('ZADD', qk.clock, 'NX', 0, 1)
 end
 
 -- In a sharded store the rotation keeps its runnable weight (qk.weight: the sum of the weights
