@@ -128,7 +128,7 @@ class Doorbell:
                         self._heard(wait.wait(keys, CALL_SECONDS))
                 if keeps and time.monotonic() - last_sweep >= SWEEP_SECONDS:
                     last_sweep = time.monotonic()
-                    self._sweep(group)
+                    self._sweep(wait, group)
                 outage.answered()
             except FairqueueError as exc:
                 outage.failed(exc)
@@ -161,12 +161,12 @@ class Doorbell:
 
     def give_back(self, rings: Sequence[str]) -> None:
         """Ring again the doorbells whose rings this worker took but cannot use."""
-        for shard in self.store.shards:
-            if any(key.startswith(shard.keys.tag) for key in rings):
-                shard.ring(self.queues, 1)
+        shards = [shard for shard in self.store.shards
+                  if any(key.startswith(shard.keys.tag) for key in rings)]
+        if shards and self._waits:
+            self._waits[0].sweep(shards, self.queues)
 
-    def _sweep(self, group: int) -> None:
-        """The keeper rings once for each queue with work and no ring pending (ring.lua), on
-        the shards of its group."""
-        for shard in DoorbellWait.shards_of(self.store)[group]:
-            shard.ring(self.queues, 1)
+    def _sweep(self, wait: DoorbellWait, group: int) -> None:
+        """The keeper rings once for each queue with work and no ring pending, on the shards
+        of its group."""
+        wait.sweep(DoorbellWait.shards_of(self.store)[group], self.queues)

@@ -6,7 +6,7 @@ workers block on the doorbells with one BZPOPMIN, so Redis hands each ring to ex
 them.
 The queue's time keeper also blocks on its calls (QueueKeys.clock). A ring can still be lost
 (a worker killed right after it took one): the keeper's sweep rings again for work nobody came
-for (ring.lua), and every worker still polls, seldom, as a fallback.
+for (DoorbellWait.sweep), and every worker still polls, seldom, as a fallback.
 """
 
 from __future__ import annotations
@@ -67,6 +67,25 @@ class DoorbellWait:
         key = str(popped[0])
         self.store.woken(key)
         return key
+
+    def sweep(self, shards: Sequence[FairStore], queues: Sequence[str]) -> None:
+        """Ring each doorbell of ``queues`` on ``shards`` whose rotation holds accounts that
+        may run now, unless a ring waits there already (one ring, as lib/rotation.lua's
+        ``ring``): two pipelined reads and writes, not a script a shard. The time keeper's
+        sweep for a lost ring, and a ring given back by a worker that cannot use it."""
+        pairs = [shard.keys.queue(queue) for shard in shards for queue in queues]
+        try:
+            pipe = self.store.client.pipeline(transaction=False)
+            for qk in pairs:
+                pipe.zcard(qk.tags)
+            with_work = [qk for qk, count in zip(pairs, pipe.execute(), strict=True) if count]
+            if with_work:
+                pipe = self.store.client.pipeline(transaction=False)
+                for qk in with_work:
+                    pipe.zadd(qk.bell, {"1": 0}, nx=True)
+                pipe.execute()
+        except (redis.RedisError, RedisClusterException) as exc:
+            raise translate(exc, self._url, "doorbell sweep") from exc
 
     def interrupt(self) -> None:
         """End the wait under way at once (CLIENT UNBLOCK), so the next one waits on other

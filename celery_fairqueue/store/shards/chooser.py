@@ -9,10 +9,11 @@ work joins at the lowest pass of those that have work: it neither banks turns wh
 jumps the others, as an account joins its rotation.
 
 A shard of unknown weight is asked first: never asked yet, woken by its doorbell (new work),
-believed empty and due (a deferred account or delayed job), or believed empty at the
-worker's poll (``rescan``: a missed ring). A shard believed empty is not asked again on its own:
-its doorbell rings when it gains work (worker/doorbell.py), and asking every empty shard once
-a poll interval made each worker's cost grow with the shards and the fleet. A shard with
+believed empty and due (a deferred account or delayed job), or one believed empty, in turn,
+at each of the worker's polls (``rescan``: a missed ring). A shard believed empty is not
+asked again on its own: its doorbell rings when it gains work (worker/doorbell.py), and
+asking every empty shard once a poll interval made each worker's cost grow with the shards
+and the fleet. A shard with
 work waits for its pass, however long ago it was asked: were it asked first once stale, they
 would take turns, not shares; its weight is brought up to date when its pass comes.
 """
@@ -34,6 +35,7 @@ class ShardChooser:
         self.passes = [0.0] * shards
         self.due = [math.inf] * shards  # monotonic time a shard's deferred work is due
         self.asked = [-math.inf] * shards  # monotonic time it was last asked
+        self._rescanned = 0  # the shard the next rescan starts from
 
     def _unknown(self, n: int, now: float) -> bool:
         weight = self.weights[n]
@@ -96,9 +98,18 @@ class ShardChooser:
         self.weights = [None] * len(self.weights)
 
     def rescan(self) -> None:
-        """The worker's poll: every shard believed empty is asked at its next claim (its
-        ring may have been lost); one known to have work keeps its pass."""
-        self.weights = [weight if weight else None for weight in self.weights]
+        """The worker's poll: the next shard believed empty, in turn, is asked at its next
+        claim (its ring may have been lost: the time keeper's sweep rings again for every
+        shard, this is the fallback's fallback); one known to have work keeps its pass. One
+        shard a poll, not all: every shard asked by every worker once a poll interval is a
+        cost that grows with the shards and the fleet."""
+        count = len(self.weights)
+        for step in range(count):
+            n = (self._rescanned + step) % count
+            if not self.weights[n]:
+                self.weights[n] = None
+                self._rescanned = n + 1
+                return
 
     def next_due(self, now: float) -> float | None:
         """Seconds until some shard's deferred account or delayed job is due (as a claim of one

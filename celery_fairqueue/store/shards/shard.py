@@ -59,11 +59,6 @@ class FairStore(Jobs, Fleet, Operator):
             self.check_shards()
         return super().enqueue_many(jobs)
 
-    def ring(self, queues: Sequence[str], rings: int = 1) -> int:
-        """Top the doorbell of each of ``queues`` that has work up to ``rings`` pending rings
-        (ring.lua); returns how many of them have work."""
-        return int(self._run("ring", [self.keys.queue(q) for q in queues], [rings]))
-
     def fleet_size(self) -> int:
         """How many workers the home's registry holds (live ones, and those not yet swept),
         read at most every FLEET_SIZE_SECONDS: the most idle workers a bulk enqueue rings for
