@@ -19,7 +19,7 @@ from celery import Celery
 from django.conf import settings
 from django.db import connections
 
-from celery_fairqueue.contrib.django.recorder import Recorder
+from celery_fairqueue.contrib.django.recording.recorder import Recorder
 from celery_fairqueue.store import store_for
 from tests.django.settings import FairqueueRouter
 from tests.harness import PostgresServer, find_postgres_bindir

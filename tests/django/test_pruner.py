@@ -11,7 +11,7 @@ from django.core.management import call_command
 
 from celery_fairqueue import DeadLetters
 from celery_fairqueue.contrib.django.models import Attempt, Job
-from celery_fairqueue.contrib.django.pruner import Pruner
+from celery_fairqueue.contrib.django.recording.pruner import Pruner
 from celery_fairqueue.contrib.django.tasks import prune_records
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.settings import settings_for
