@@ -9,7 +9,8 @@ idle, then jobs trickle in, one every 50 ms over 5 accounts: ``trickle`` (ready 
 ``delayed`` (``countdown=0.5``). Redis's own counters (``total_commands_processed``,
 ``used_cpu_user + used_cpu_sys``) are read around the trickle, the idle fleet's own load
 (measured over the seconds just before and after, averaged) taken off, and divided by the
-jobs: commands and Redis CPU per job. Pickup is from ``.delay()`` (plus the countdown) to the task's start.
+jobs: commands and Redis CPU per job. Pickup is from ``.delay()`` (plus the countdown) to the
+task's start.
 FairTask runs at each ``--shards`` (``fairqueue_shards``), on one Redis or, ``--cluster``,
 on a Redis Cluster of 3 primaries (every node's counters summed).
 
