@@ -200,41 +200,37 @@ class ShardedStore(FairStore):
         tried: set[int] = set()
         answered = False
         runnable = 0
+        def ask(n: int, wanted: int, now: float) -> Claim | None:
+            """Shard ``n``'s claim of ``wanted`` jobs (0: the keeper's tick), its acks riding;
+            None when it failed (left out for a moment)."""
+            nonlocal answered, failure, lost, unsettled
+            riding = by_shard.pop(n, [])
+            try:
+                got = self.shards[n].claim(queues, wanted, token, default_limit, first, riding,
+                                           keeps_time=keeps_time, tick=not wanted)
+            except FairqueueError as exc:
+                self._chooser.failed(n, now)
+                unsettled += riding
+                failure = failure or exc
+                return None
+            answered = True
+            self._chooser.claimed(n, len(got.leases), got.runnable, got.next_due, now)
+            lost += got.lost
+            return got
+
         while want > len(leases):
             now = time.monotonic()
             n = self._chooser.pick(now, tried, settling=by_shard, batch=want - len(leases))
             if n is None:
                 break
             tried.add(n)
-            riding = by_shard.pop(n, [])
-            try:
-                got = self.shards[n].claim(queues, want - len(leases), token, default_limit,
-                                           first, riding, keeps_time=keeps_time)
-            except FairqueueError as exc:
-                self._chooser.failed(n, now)
-                unsettled += riding
-                failure = failure or exc
-                continue
-            answered = True
-            self._chooser.claimed(n, len(got.leases), got.runnable, got.next_due, now)
-            leases += got.leases
-            expired += got.expired
-            lost += got.lost
-            runnable += got.runnable
+            got = ask(n, want - len(leases), now)
+            if got is not None:
+                leases += got.leases
+                expired += got.expired
+                runnable += got.runnable
         for n in ticking:
-            now = time.monotonic()
-            settling = by_shard.pop(n, [])
-            try:
-                got = self.shards[n].claim(queues, 0, token, default_limit, first, settling,
-                                           keeps_time=keeps_time, tick=True)
-            except FairqueueError as exc:
-                self._chooser.failed(n, now)
-                unsettled += settling
-                failure = failure or exc
-                continue
-            answered = True
-            self._chooser.claimed(n, 0, got.runnable, got.next_due, now)
-            lost += got.lost
+            ask(n, 0, time.monotonic())
         for n, settling in by_shard.items():  # acks of shards not claimed from
             try:
                 lost += self.shards[n].claim([], 0, token, "", acks=settling).lost
