@@ -31,19 +31,30 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 @contextlib.contextmanager
-def workers(server: RedisServer, count: int = 1, app: str = "bench.app",
-            **options: object) -> Iterator[list[WorkerProcess]]:
-    """``count`` real ``celery -A <app> worker`` processes with the same flags."""
+def workers(server: RedisServer, count: int = 1, app: str = "bench.app", *,
+            parallel: bool = False, **options: Any) -> Iterator[list[WorkerProcess]]:
+    """``count`` real ``celery -A <app> worker`` processes with the same flags (``parallel``:
+    started side by side, for a fleet)."""
     started: list[WorkerProcess] = []
     folder = Path(tempfile.mkdtemp(prefix="fq-bench-workers-"))
     try:
-        for n in range(count):
-            worker = WorkerProcess(app, redis_url=server.url, cwd=ROOT,
-                                   log_path=folder / f"worker-{n}.log",
-                                   hostname=f"bench{n}-{os.getpid()}@localhost", **options)
-            started.append(worker.start(60))
+        made = [WorkerProcess(app, redis_url=server.url, cwd=ROOT,
+                              log_path=folder / f"worker-{n}.log",
+                              hostname=f"bench{n}-{os.getpid()}@localhost", **options)
+                for n in range(count)]
+        for worker in made:  # from this thread: a worker dies with the thread that made it
+            if parallel:
+                worker.launch()
+            else:
+                worker.start(60)
+            started.append(worker)
+        for worker in made if parallel else ():
+            worker.wait_for_log(f"{worker.hostname} ready.", 120)
         yield started
     finally:
+        for worker in started if parallel else ():
+            if worker.is_alive():
+                worker.process.terminate()  # type: ignore[union-attr]
         for worker in started:
             worker.stop()
 

@@ -12,7 +12,7 @@ import redis
 from celery import Celery
 
 import celery_fairqueue
-from bench.environment import SHARDS_ENV, STORE_URL_ENV
+from bench.environment import QUIET_TASKS_ENV, SHARDS_ENV, STORE_URL_ENV
 from celery_fairqueue import FairTask, PermanentError, RetryPolicy
 from tests.harness import REDIS_URL_ENV
 
@@ -38,6 +38,14 @@ app.conf.update(
     fairqueue_wait_replicas=int(os.environ.get("FQ_WAIT_REPLICAS", "0")),
 )
 celery_fairqueue.install(app)
+
+if os.environ.get(QUIET_TASKS_ENV):
+    # a line per task received and per task done, as ``-l INFO`` writes them, costs the workers
+    # more than a no-op task does; a user's worker logs at WARNING by default
+    import logging
+
+    for name in ("celery.worker.strategy", "celery.app.trace"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 ledger = redis.Redis.from_url(REDIS_URL)
 

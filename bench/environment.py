@@ -5,3 +5,6 @@ the bench's process and in its workers'."""
 #: bench.scale_out's clusters through bench.app), and bench.app's ``fairqueue_shards``.
 STORE_URL_ENV = "FQ_BENCH_STORE_URL"
 SHARDS_ENV = "FQ_BENCH_SHARDS"
+#: Set (to anything): the bench app's workers log no line per task (bench.recording's store at
+#: its best pace, as a user's worker at its default level, WARNING, runs it).
+QUIET_TASKS_ENV = "FQ_BENCH_QUIET_TASKS"

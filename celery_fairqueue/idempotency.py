@@ -55,6 +55,20 @@ def bound_arguments(run: Callable[..., Any], args: Sequence[Any],
     return dict(bound.arguments)
 
 
+def positional_names(run: Callable[..., Any], count: int) -> list[str]:
+    """The parameter names that ``count`` positional arguments of a call of ``run`` bind to: a
+    ``*args`` parameter's name for those past the others; fewer names than arguments when the
+    call has more than ``run`` takes."""
+    names: list[str] = []
+    for parameter in _signature_of(run).parameters.values():
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            return names + [parameter.name] * max(0, count - len(names))
+        if parameter.kind in (inspect.Parameter.POSITIONAL_ONLY,
+                              inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            names.append(parameter.name)
+    return names[:count]
+
+
 def compute_job_key(task_name: str, account: str, spec: JobKeySpec, run: Callable[..., Any],
                     args: Sequence[Any], kwargs: dict[str, Any],
                     named: dict[str, Any] | None = None) -> str | None:

@@ -13,6 +13,7 @@ from .limits import AccountLimit
 from .protocol import task_id_of
 from .publish import install_publish_path
 from .redaction import RedactingFilter
+from .revocation import PURGED, announce_revoked
 from .settings import settings_for
 from .store import OperatorPause, store_for
 from .worker.request import QuietGiveBack
@@ -88,12 +89,11 @@ def get_account_limit(app: Celery, account: str) -> AccountLimit | None:
 
 def cancel(app: Celery, task_id: str) -> bool:
     """Take a fair job that still waits (ready, deferred or delayed) out of the store, and
-    record it as revoked; False when it is not waiting (running, finished, or unknown).
-    ``task_id`` is the Celery task id, or a delivery id (``<task id>:<retries>``)."""
+    record it as revoked (the result backend, a ``task-revoked`` event); False when it is not
+    waiting (running, finished, or unknown). ``task_id`` is the Celery task id, or a delivery
+    id (``<task id>:<retries>``)."""
     cancelled = store_for(app).cancel(task_id)
-    if cancelled:
-        app.backend.mark_as_revoked(task_id_of(cancelled[0]),
-                                    reason="cancelled while waiting in the fair store")
+    announce_revoked(app, [task_id_of(job_id) for job_id in cancelled])
     return bool(cancelled)
 
 
@@ -164,8 +164,10 @@ def _revoking(app: Celery, broadcast: Any) -> Any:
 
 def _purging(app: Celery, broker_purge: Any) -> Any:
     def purge(connection: Any = None) -> int:
-        """The broker's messages, then the fair store's waiting jobs, of the app's queues."""
+        """The broker's messages, then the fair store's waiting jobs, of the app's queues
+        (recorded as revoked, as a cancelled job is)."""
         return int(broker_purge(connection=connection)) + store_for(app).purge(
-            list(app.amqp.queues))
+            list(app.amqp.queues), on_taken=lambda job_ids: announce_revoked(
+                app, [task_id_of(job_id) for job_id in job_ids], PURGED))
 
     return purge

@@ -19,7 +19,8 @@ hash, which the Lua scripts increment anyway.
 ``fairqueue_<name>_total``                        enqueued, claimed, deferred, requeued,
                                                   reaped, dead, replayed, acked, capped, ...;
                                                   pruned: recorded jobs deleted past their
-                                                  retention (contrib/django/pruner.py)
+                                                  retention (contrib/django/recording/
+                                                  pruner.py)
 ``fairqueue_oldest_waiting_age_seconds{queue}``   how long the oldest waiting job (ready,
                                                   deferred by a limit, paused, or delayed and
                                                   due) has waited, from Redis; 0: none waits

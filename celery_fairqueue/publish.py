@@ -21,7 +21,13 @@ from kombu.serialization import dumps
 
 from .bulk import PendingJob, install_bulk, joining
 from .envelope import JSON_CONTENT_TYPE, Envelope
-from .errors import DeadLetterNotFound, PayloadTooLargeError, ReplayLostError, SerializationError
+from .errors import (
+    DeadLetterNotFound,
+    EnqueueError,
+    PayloadTooLargeError,
+    ReplayLostError,
+    SerializationError,
+)
 from .protocol import (
     ACCOUNT_HEADER,
     JOB_KEY_HEADER,
@@ -29,8 +35,9 @@ from .protocol import (
     delivery_of,
     is_fair,
     last_enqueued_task_id,
+    task_id_of,
 )
-from .redaction import redact_arguments
+from .redaction import Secrets, redact_arguments
 from .results import install_result_subscription, put_off_calls, subscribe
 from .settings import settings_for
 from .store import EnqueueResult, store_for
@@ -74,7 +81,12 @@ def install_publish_path(app: Celery) -> None:
             return broker_send(producer, name, message, **options)
         batch = joining()
         if batch is not None:  # a group's, a chord header's: stored as the group's block ends
-            batch.add(prepare_fair(app, task, producer, message, options))
+            try:
+                pending = prepare_fair(app, task, producer, message, options)
+            except EnqueueError as exc:  # refused: told in its place as the block ends
+                batch.refuse(task_id_of(delivery_of(message[0])), exc)
+                return None
+            batch.add(pending)
             return None
         try:
             result = publish_fair(app, task, producer, message, options)
@@ -133,6 +145,9 @@ def prepare_fair(app: Celery, task: FairTask, producer: Any, message: Any,
     args, kwargs, _embed = body
     data = serialize_body(task.name, body)
     named = task.bind_call(args, kwargs)  # once, for the account, the key and the event
+    if task.redact:  # whoever built the message (send_task by name too): no value in clear
+        mask_reprs(Secrets.of_named(dict(kwargs) if named is None else named, task.redact),
+                    headers, sent_event)
     account = task.resolve_account(args, kwargs, options.pop("account", None), named)
     job_key = task.job_key_for(account, args, kwargs, options, named)
     headers[ACCOUNT_HEADER] = account
@@ -172,6 +187,16 @@ def prepare_fair(app: Celery, task: FairTask, producer: Any, message: Any,
                 dispatcher.publish("task-sent", sent_event, producer)
 
     return PendingJob(job, announce)
+
+
+def mask_reprs(secrets: Secrets, headers: dict[str, Any], sent_event: Any = None) -> None:
+    """Celery's ``argsrepr``/``kwargsrepr`` (in the message and its task-sent event), the
+    secrets masked wherever they quote them (a truncating repr's cut-off start too)."""
+    for key, event_key in (("argsrepr", "args"), ("kwargsrepr", "kwargs")):
+        if isinstance(headers.get(key), str):
+            headers[key] = secrets.cut_text(headers[key])
+        if isinstance(sent_event, dict) and isinstance(sent_event.get(event_key), str):
+            sent_event[event_key] = secrets.cut_text(sent_event[event_key])
 
 
 def shown_arguments(named: dict[str, Any], redact: Sequence[str]) -> str:

@@ -78,8 +78,8 @@ class FairqueueSettings:
         5.0, "How often the workers, together, return expired leases to ready (each of N live "
         "workers every N intervals).")
     poll_interval: float = _setting(
-        30.0, "How often an idle worker asks the store for work anyway: the store wakes idle "
-        "workers the moment work appears (Redis pub/sub), so this is the fallback.")
+        30.0, "How often an idle worker asks the store for work anyway: the store rings one "
+        "idle worker's doorbell the moment work appears, so this is the fallback.")
     claim_batch: int = _setting(64, "Most jobs one claim call leases.")
     enqueue_batch: int = _setting(
         500, "Most jobs a bulk enqueue (a group, a chord's header, chunks, apply_many) sends to "

@@ -15,7 +15,8 @@ from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 from celery.result import AsyncResult
 
-from .bulk import EnqueueOutcome, current, follow, signature_of
+from . import bulk
+from .bulk import EnqueueOutcome, follow
 from .errors import (
     ConfigurationError,
     InvalidAccountError,
@@ -44,12 +45,12 @@ from .redaction import masked_reprs
 from .retry import PermanentError, RetryPolicy, cut_delay
 from .settings import settings_for
 from .store import FairStore, store_for
+from .worker.redacted import RedactedOutputs
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["FairTask", "GiveBack", "ReliableTask", "is_fair"]
 
-MAX_ERROR_CHARS = 2000
 MAX_TRACEBACK_CHARS = 20000
 
 
@@ -59,15 +60,15 @@ class GiveBack(Reject):
     the broker (ReliableTask) it is Celery's requeue."""
 
 
-class ReliableTask(Task):
+class ReliableTask(RedactedOutputs, Task):
     """Idempotent by business key, retried by classification, dead-lettered when hopeless.
 
     Options (class attributes, or ``@app.task(base=..., ...)`` keywords): ``job_key`` is a
     tuple of argument names, or a callable taking the task's arguments, that identifies the job;
     ``retry_policy`` a :class:`RetryPolicy`; ``account_arg`` the argument holding the account,
     ``default_account`` the account of a job that names none (else
-    ``fairqueue_default_account``); ``redact`` the argument names masked wherever a dead letter
-    is shown.
+    ``fairqueue_default_account``); ``redact`` the argument names masked wherever the job is
+    shown (events, ``inspect``, dead letters, logs), their values wherever a string quotes them.
     """
 
     account_arg: str | None = None
@@ -252,14 +253,17 @@ class ReliableTask(Task):
         try:
             result = self.run(*args, **kwargs)
         except Retry as retry:
+            self.run_failed()
             self._emit(EventType.RETRYING, job=job_id, reason="the task asked to retry",
-                       error=_describe(retry.exc) if retry.exc else None, due=_due(retry.when))
+                       error=self.describe(retry.exc) if retry.exc else None,
+                       due=_due(retry.when))
             raise
         except (Ignore, Reject):
             raise
         except StoreUnavailableError as exc:  # the store refused something the task asked of it
             raise self._give_back(exc, "reach the fair store") from exc
         except Exception as exc:
+            self.run_failed()
             self._on_job_failure(exc, job_id, args, kwargs)
             raise
         external_id = getattr(request, "fairqueue_external_id", None)
@@ -318,17 +322,17 @@ class ReliableTask(Task):
             logger.info("fairqueue: %s[%s] attempt %d failed (%s); retrying in %.1fs",
                         self.name, request.id, attempts, verdict.reason, verdict.retry_in)
             headers = {**(request.headers or {}), FIRST_FAILURE_HEADER: first_failure}
-            self._emit(EventType.RETRYING, job=job_id, error=_describe(exc),
-                       reason=verdict.reason, due=time.time() + verdict.retry_in)
+            self._emit(EventType.RETRYING, job=job_id, error=self.describe(exc),
+                       reason=self.masked(verdict.reason), due=time.time() + verdict.retry_in)
             raise self.retry(exc=exc, countdown=verdict.retry_in,
                              max_retries=self.retry_policy.max_attempts, headers=headers)
-        reason = verdict.reason
+        reason = self.masked(verdict.reason)
         # the task's own PermanentError is a verdict, not a fault: a warning; anything else
         # (a bug, an upstream that never recovered) an error, with Celery's traceback
         logger.log(logging.WARNING if isinstance(exc, PermanentError) else logging.ERROR,
                    "fairqueue: %s[%s] dead-lettered after %d attempt(s): %s", self.name,
                    request.id, attempts, reason)
-        self._emit(EventType.FAILED, job=job_id, error=_describe(exc), reason=reason)
+        self._emit(EventType.FAILED, job=job_id, error=self.describe(exc), reason=reason)
         job_key = job_key_of(request)
         with self._store_or_give_back("keep its dead letter"):
             self._store().bury(job_id, reason, {
@@ -338,8 +342,9 @@ class ReliableTask(Task):
                 "job_key": job_key,
                 "queue": (request.delivery_info or {}).get("routing_key"),
                 "args": list(args), "kwargs": dict(kwargs), "attempts": attempts,
-                "error": _describe(exc),
-                "traceback": "".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:],
+                "error": self.describe(exc),
+                "traceback": self.masked("".join(traceback.format_exception(exc))
+                                         )[-MAX_TRACEBACK_CHARS:],
                 "first_failure": first_failure,
             })
 
@@ -401,20 +406,11 @@ class FairTask(ReliableTask):
         """Enqueue many jobs of this task in pipelined batches (one round trip per shard per
         ``fairqueue_enqueue_batch`` jobs, each job its own atomic store), as a ``group`` of
         them is; each call is an args tuple or list, a kwargs dict, or a signature of this
-        task (``task.s(...).set(account=...)``), each given ``options``. Returns each job's
-        outcome, in order; when any job was not stored, raises the error one ``.delay()`` of
-        it would, its ``outcomes`` saying which jobs were."""
-        signatures = [signature_of(self, call) for call in calls]
-        if self.app.conf.task_always_eager:  # eager: runs each at once, touching no store
-            return [EnqueueOutcome(sig.apply_async(**options).id, stored=True)
-                    for sig in signatures]
-        with self.app.producer_or_acquire() as producer:  # stored as the block ends
-            batch = current()
-            if batch is not None:  # every call is at hand: none need start first
-                batch.first_at_once = False
-            for sig in signatures:
-                sig.apply_async(producer=producer, **options)
-        return batch.outcomes if batch is not None else []
+        task (``task.s(...).set(account=...)``), each given ``options``. Every call is judged
+        before any is stored; returns each call's outcome, in order. When any call was not
+        stored (refused, or not tried once the store failed), the others are stored and the
+        first failed call's error is raised, its ``outcomes`` every call's (bulk.py)."""
+        return bulk.apply_many(self, calls, options)
 
     def retry(self, args: Any = None, kwargs: Any = None, exc: Any = None, throw: bool = True,
               eta: Any = None, countdown: Any = None, max_retries: Any = None,
@@ -435,10 +431,6 @@ class FairTask(ReliableTask):
             if isinstance(rejected.reason, StoreUnavailableError):
                 raise self._give_back(rejected.reason, "store its retry") from rejected.reason
             raise
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
 
 
 def _due(when: Any) -> float | None:

@@ -10,6 +10,7 @@ from .formats.dead_letter import DeadLetter
 from .formats.keys import Keys, QueueKeys
 from .readers.console import REASONS, ConsoleReader, LiveJob, QueueState, WorkerInfo
 from .readers.dead_letters import DeadLetterNotFound, DeadLetters
+from .readers.doorbell import DoorbellWait
 from .readers.events import RECORDER_GROUP, EventReader, Leadership, StreamLag, StreamLeases
 from .readers.views import (
     AccountPage,
@@ -20,7 +21,6 @@ from .readers.views import (
     StoreInspector,
     StoreStatus,
 )
-from .readers.wakeups import WakeSubscription
 from .shards.opening import open_store, store_for
 from .shards.shard import FairStore
 from .writers.fleet import WorkerRegistration
@@ -40,6 +40,7 @@ __all__ = [
     "DeadLetterNotFound",
     "DeadLetters",
     "DeferredAccount",
+    "DoorbellWait",
     "EnqueueResult",
     "EventReader",
     "FairStore",
@@ -57,7 +58,6 @@ __all__ = [
     "StoreStatus",
     "StreamLag",
     "StreamLeases",
-    "WakeSubscription",
     "WorkerInfo",
     "WorkerRegistration",
     "display_url",

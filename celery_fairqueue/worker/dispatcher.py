@@ -2,9 +2,10 @@
 
 The dispatcher runs in the consumer's event loop: it claims when a slot frees (an ack wakes it
 through a self-pipe, so bursts of acks coalesce into one claim call, which settles the acks in
-the same round trip), when the store signals new work (see wakeups.py) and on a fallback timer.
+the same round trip), when its doorbell rings (see doorbell.py) and on a fallback timer.
 It never holds more jobs than the pool can start now, so nothing waits in worker memory. A
-maintenance thread extends the leases of running jobs (heartbeat) and returns expired ones.
+maintenance thread extends the leases of running jobs (heartbeat), keeps its queues' time when
+the heartbeat makes it their keeper (doorbell.py) and returns expired leases.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from ..store import GIVE_BACK_SECONDS, Lease, WorkerRegistration, display_url, o
 from ..store.writers.leases import lost_before_settled
 from ..store.writers.upgrade import require_current_layout
 from .channel import lease_message, read_envelope
+from .doorbell import Doorbell
 from .outage import Outage
-from .wakeups import Wakeups
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class FairDispatcher:
         self.queues: list[str] = []
         self.handler: Any = None
         self.claiming = False
+        self._drained = False  # the last claim took less than it wanted: wait for a ring
         self._rotation = 0
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -60,7 +62,7 @@ class FairDispatcher:
         self._due_at = 0.0
         self._stopping = threading.Event()
         self._maintainer: threading.Thread | None = None
-        self._wakeups: Wakeups | None = None
+        self.doorbell: Doorbell | None = None
         self._instance: str | None = None  # see _check_instance
         self._layout_checked = False  # see _check_layout
         self._default_limit = ""
@@ -82,7 +84,7 @@ class FairDispatcher:
         self.queues = sorted(c.app.amqp.queues.consume_from)
         self.handler = c.create_task_handler()
         c.hub.add_reader(self._wake_r, self._on_wake)
-        self._timer = c.timer.call_repeatedly(self.settings.poll_interval, self.claim)
+        self._timer = c.timer.call_repeatedly(self.settings.poll_interval, self._poll)
         self.claiming = True
         if self._instance is None:
             with contextlib.suppress(FairqueueError, OSError):
@@ -93,9 +95,10 @@ class FairDispatcher:
             self._maintainer = threading.Thread(
                 target=self._maintain, name="fairqueue-maintenance", daemon=True)
             self._maintainer.start()
-        if self._wakeups is None:
-            self._wakeups = Wakeups(self.store, self.queues, self.wake)
-            self._wakeups.start()
+        if self.doorbell is None:
+            self.doorbell = Doorbell(self.store, self.queues, self.wake)
+            self.doorbell.idle.set()
+            self.doorbell.start()
         logger.info("fairqueue: claiming fair jobs from queues %s of %s as %s",
                     ", ".join(self.queues), display_url(self.settings.redis_url or ""),
                     self.token)
@@ -119,11 +122,12 @@ class FairDispatcher:
         for lease in list(self.held.values()):
             lease.requeue()
         self._stopping.set()
-        if self._wakeups is not None:
-            self._wakeups.stop()
+        if self.doorbell is not None:
+            self.doorbell.stop()
         if self._maintainer is not None:
             self._maintainer.join(timeout=5)
-        with contextlib.suppress(FairqueueError, OSError):  # else it expires
+        with contextlib.suppress(FairqueueError, OSError):  # else they expire
+            self.store.beat(self.token, self.registration(), [], keeping=False)
             self.store.unregister_worker(self.token)
 
     def registration(self) -> WorkerRegistration:
@@ -139,9 +143,11 @@ class FairDispatcher:
         """Pool slots not taken by a broker task or by a fair job this worker still holds.
 
         A held job counts until its ack is settled, which runs a loop turn after the request
-        leaves ``reserved_requests``; counting it keeps the leases at most the pool size.
+        leaves ``reserved_requests``; counting it keeps the leases at most the pool size. The
+        set is copied first (one step under the GIL): the threads pool's threads take their
+        requests out of it while this loop counts ("Set changed size during iteration").
         """
-        broker_tasks = sum(1 for request in worker_state.reserved_requests
+        broker_tasks = sum(1 for request in worker_state.reserved_requests.copy()
                            if not isinstance(request.message.channel, Lease))
         return int(self.consumer.pool.num_processes) - broker_tasks - len(self.held)
 
@@ -165,18 +171,36 @@ class FairDispatcher:
                 acks.append(self._acks.popleft())
         return acks
 
-    def claim(self) -> None:
+    def claim(self, force: bool = False) -> None:
         """One round trip a turn: settle the jobs finished since the last turn, lease jobs for
-        the free slots."""
+        the free slots. A worker whose last claim took less than it wanted waits for its
+        doorbell: until a ring, the keeper's call, its timer or its poll (``force``), a turn
+        settles its acks alone and leases nothing (there is nothing to lease: new work rings)."""
         if not self.claiming or not (self._layout_checked or self._check_layout_late()):
             return
+        bell = self.doorbell
+        keeps_time = bell is None or bell.keeps_time
+        tick = bell is not None and bell.ticking and keeps_time
+        rings = bell.take_rings() if bell is not None else []
         acks = self._take_acks()
         free = self.free_slots()
-        if free <= 0 and not acks:
+        if bell is not None:
+            if free > 0:
+                bell.idle.set()
+            else:
+                bell.idle.clear()
+            if free <= 0 and rings:
+                with contextlib.suppress(FairqueueError):  # else the keeper's sweep rings
+                    bell.give_back(rings)
+        want = free if force or tick or rings or not self._drained else 0
+        if want <= 0 and not acks and not tick:
             return
+        if bell is not None:
+            bell.ticking = False
         try:
-            claim = self.store.claim(self.queues, free, self.token, self.default_limit(),
-                                     first=self._rotation, acks=acks)
+            claim = self.store.claim(self.queues if want > 0 or tick else [], want, self.token,
+                                     self.default_limit(), first=self._rotation, acks=acks,
+                                     keeps_time=keeps_time, tick=tick)
         except FairqueueError as exc:
             # the acks go with the next claim, a moment from now; the heartbeat keeps their
             # leases meanwhile (should this worker die first, the leases return the jobs)
@@ -190,6 +214,9 @@ class FairDispatcher:
             self._claims.failed(claim.failure)
         else:
             self._claims.answered()
+        if want > 0:
+            self._drained = claim.failure is None and len(claim.leases) < want and \
+                claim.next_due != 0
         self._rotation += 1
         for job_id in claim.lost:
             lost_before_settled(job_id)
@@ -197,7 +224,10 @@ class FairDispatcher:
             self._dispatch(lease)
         for lease in claim.expired:
             self._revoke_expired(lease)
-        if claim.next_due is not None:
+        if bell is not None and self.free_slots() <= 0:
+            bell.idle.clear()
+        # the keeper's timer for the next due time; any worker's for a claim cut short (0)
+        if claim.next_due is not None and (keeps_time or claim.next_due == 0):
             self._claim_at(claim.next_due)
 
     def _check_layout(self) -> bool:
@@ -246,7 +276,13 @@ class FairDispatcher:
 
     def _on_due(self) -> None:
         self._due = None
-        self.claim()
+        if self.doorbell is not None:  # the keeper promotes what is due even with no free slot
+            self.doorbell.ticking = True
+        self.claim(force=True)
+
+    def _poll(self) -> None:
+        self.store.rescan()
+        self.claim(force=True)
 
     def default_limit(self) -> str:
         """The store's default limit, packed (the claim reads the store's own; this is its
@@ -386,6 +422,8 @@ class FairDispatcher:
                     last_beat, asked = now, True
                     leased = [*self.held, *(ack.job_id for ack in list(self._acks))]
                     beat = self.store.beat(self.token, self.registration(), leased)
+                    if self.doorbell is not None:
+                        self.doorbell.kept(beat.keeps)
                     self._check_instance(beat.instance)
                     live_workers = max(1, beat.live_workers)
                     for job_id in beat.lost:

@@ -7,6 +7,9 @@ letter) raises :class:`~celery_fairqueue.task.GiveBack`, a ``Reject(requeue=True
 requeue it like a job whose worker died, which counts toward the poison limit, and at once,
 into a store that is still failing. This request, which runs in the worker's main process for
 every pool, gives the lease back to wait a moment instead, uncounted.
+
+Its task events go through :class:`FairEvents`, which puts back the ETA the request hides from
+Celery's strategy, and through RedactingRequest (worker/redacted.py), which masks them.
 """
 
 from __future__ import annotations
@@ -15,15 +18,41 @@ import logging
 from typing import Any
 
 from billiard.einfo import ExceptionWithTraceback
-from celery.worker.request import Request
 from celery.worker.state import successful_requests, task_ready
 
 from ..protocol import EXPIRED_HEADER
 from ..store import Lease
 from ..task import GiveBack
+from .redacted import RedactingRequest
 
 
-class FairRequest(Request):
+class FairEvents:
+    """The worker's event dispatcher as Celery's strategy and requests of fair tasks hold it
+    (see strategy.fair_strategy): a job's task-received event carries the ETA it waited for in
+    the store, as a plain task's does, so a monitor (Flower) shows and keeps it."""
+
+    def __init__(self, dispatcher: Any) -> None:
+        self.dispatcher = dispatcher
+        self._received: tuple[str, str] | None = None  # (task id, eta) of the next received
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "dispatcher":  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
+        return getattr(self.dispatcher, name)
+
+    def receiving(self, task_id: str, eta: str) -> None:
+        """The request about to be announced (task-received) waited until ``eta``."""
+        self._received = (task_id, eta)
+
+    def send(self, type: str, *args: Any, **fields: Any) -> Any:
+        if type == "task-received" and self._received is not None and \
+                self._received[0] == fields.get("uuid") and not fields.get("eta"):
+            fields["eta"] = self._received[1]
+            self._received = None
+        return self.dispatcher.send(type, *args, **fields)
+
+
+class FairRequest(RedactingRequest):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # The store held the job until its eta; Celery's strategy must not hold it again (in
@@ -32,6 +61,8 @@ class FairRequest(Request):
         self.message_eta: Any = self._eta  # type: ignore[has-type]
         self._eta = None
         self._failed = False
+        if isinstance(self._eventer, FairEvents) and self.message_eta is not None:
+            self._eventer.receiving(self.id, self.message_eta.isoformat())
 
     @property
     def lease(self) -> Lease | None:

@@ -1,4 +1,5 @@
-"""The task strategy of fair tasks: Celery's default, plus adoption of strays from the broker.
+"""The task strategy of fair tasks: Celery's default, plus adoption of strays from the broker,
+and the task events of fair requests through request.FairEvents (a job's ETA kept).
 
 A fair task's message can still reach the broker when a process that never called ``install``
 sends it (``send_task`` by name from another service). The worker moves such a message into the
@@ -15,9 +16,11 @@ from celery.worker.strategy import default
 from ..envelope import Envelope
 from ..errors import StoreUnavailableError
 from ..protocol import ACCOUNT_HEADER, JOB_KEY_HEADER, delivery_of
-from ..publish import eta_timestamp
+from ..publish import eta_timestamp, mask_reprs
+from ..redaction import Secrets
 from ..store import Lease, store_for
 from ..task import FairTask
+from .request import FairEvents
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +28,17 @@ KEPT_PROPERTIES = ("correlation_id", "reply_to", "priority")
 
 
 def fair_strategy(task: FairTask, app: Any, consumer: Any, **kwargs: Any) -> Any:
-    handle = default(task, app, consumer, **kwargs)
+    # Celery's strategy takes the consumer's event dispatcher as it is made, for its own
+    # task-received event and for each request's: fair jobs' events go through FairEvents.
+    dispatcher = getattr(consumer, "event_dispatcher", None)
+    if dispatcher is None:  # no events to send (a consumer without the Events step)
+        handle = default(task, app, consumer, **kwargs)
+    else:
+        consumer.event_dispatcher = FairEvents(dispatcher)
+        try:
+            handle = default(task, app, consumer, **kwargs)
+        finally:
+            consumer.event_dispatcher = dispatcher
 
     def task_message_handler(message: Any, body: Any, ack: Any, reject: Any, callbacks: Any,
                              **options: Any) -> Any:
@@ -74,6 +87,8 @@ def adopt(app: Any, task: FairTask, message: Any) -> None:
         return
     headers[ACCOUNT_HEADER] = account
     headers[JOB_KEY_HEADER] = job_key
+    if task.redact:  # its sender's reprs, which Celery's events show
+        mask_reprs(Secrets.of_call(task.run, args, kwargs, task.redact), headers)
     queue = message.delivery_info.get("routing_key") or app.conf.task_default_queue
     store.enqueue(queue=queue, account=account, job_id=job_id, envelope=envelope.to_json(),
                   job_key=job_key, task=task.name, priority=message.properties.get("priority"),

@@ -122,7 +122,12 @@ def plain_send(self, account_id: str, lead_id: int, email: str = "") -> str:
           redact=("email", "phone"))
 def notify(self, account_id: str, lead_id: int, email: str, profile: dict | None = None) -> str:
     """Quotes its secrets carelessly: in its error text when ``lead_id`` is odd, else in its
-    return value, which Celery logs."""
+    return value, which Celery logs; a ``profile`` with ``busy`` (seconds) retries after them
+    first, quoting them in its retryable error too; with ``linger`` (seconds) it takes that
+    long."""
+    time.sleep((profile or {}).get("linger", 0))
+    if profile and profile.get("busy") and not self.request.retries:
+        raise RetryableError(f"mailbox {email} is busy", retry_after=profile["busy"])
     if lead_id % 2:
         raise ValueError(f"mailbox {email} rejected the message (phone {profile['phone']})")
     return f"sent to {email}"

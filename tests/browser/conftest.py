@@ -15,7 +15,7 @@ from django.urls import reverse
 from playwright.sync_api import Locator, Page, sync_playwright
 from pytest_django.live_server_helper import LiveServer
 
-from celery_fairqueue.contrib.django.recorder import Recorder
+from celery_fairqueue.contrib.django.recording.recorder import Recorder
 from tests.harness import wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -19,7 +19,7 @@ import pytest
 from celery import Celery
 from django.db import connections
 
-from celery_fairqueue.contrib.django.recorder import Recorder
+from celery_fairqueue.contrib.django.recording.recorder import Recorder
 from celery_fairqueue.store import store_for
 from tests.django.databases import PG_ALIAS, _on_postgres
 from tests.django.settings import FairqueueRouter

@@ -141,6 +141,20 @@ def test_job_page_shows_the_attempt_history_and_last_error_read_only(client, log
     assert 'name="_save"' not in text  # read-only: nothing to save
 
 
+def test_job_page_shows_the_succeeded_attempt_that_only_the_job_row_tells(client, login, rel):
+    login(*VIEWER)
+    started = timezone.now() - timedelta(seconds=3)
+    job = make_job(1, status="succeeded", attempts=2, worker="w2", started_at=started,
+                   finished_at=started + timedelta(seconds=1), delivery_id="task-acme-1:1")
+    Attempt.objects.create(job=job, number=1, delivery_id="task-acme-1:0", outcome="retrying",
+                           error="TimeoutError: first try", worker="w1")
+    page = client.get(reverse("admin:celery_fairqueue_job_change", args=[job.pk]))
+    rows = page.content.decode().split('class="fq-attempt"')[1:]
+    assert len(rows) == 2
+    assert "w1" in rows[0] and "retrying" in rows[0] and "TimeoutError: first try" in rows[0]
+    assert "w2" in rows[1] and "succeeded" in rows[1]
+
+
 def test_pages_work_with_redis_down(client, login, redis_down):
     login(*VIEWER)
     job = make_job(1, status="dead")

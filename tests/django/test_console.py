@@ -230,7 +230,7 @@ def test_account_pages_need_a_view_permission(rel):
 
 
 def test_throughput_counts_each_minute_and_keeps_the_finished_ones(rel):
-    from celery_fairqueue.contrib.django import console
+    from celery_fairqueue.contrib.django.console import history as console
 
     now = timezone.now().replace(second=30, microsecond=0)
     for n, (minutes_ago, status) in enumerate([(0, "succeeded"), (0, "succeeded"), (5, "dead"),

@@ -6,9 +6,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from celery_fairqueue.contrib.django import overview
+from celery_fairqueue.contrib.django.console import overview
+from celery_fairqueue.contrib.django.console.overview import account_overview
 from celery_fairqueue.contrib.django.models import Job
-from celery_fairqueue.contrib.django.overview import account_overview
 from tests.django.rows import NOW, Status, job
 
 pytestmark = pytest.mark.django_db

@@ -9,9 +9,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core.management import call_command
 
+from celery_fairqueue import DeadLetters
 from celery_fairqueue.contrib.django.models import Attempt, Job
-from celery_fairqueue.contrib.django.pruner import Pruner
+from celery_fairqueue.contrib.django.recording.pruner import Pruner
 from celery_fairqueue.contrib.django.tasks import prune_records
+from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.settings import settings_for
 from celery_fairqueue.store import store_for
 from tests.harness import wait_until
@@ -113,3 +115,59 @@ def test_the_leading_recorder_prunes_in_its_idle_time(database, fair, start_reco
     start_recorder(fair.app)
     assert wait_until(lambda: not Job.objects.filter(job_key="old").exists(), 5)
     assert Job.objects.filter(job_key="young").exists()
+
+
+def dead_letter_of(fair, account: str, n: int) -> tuple[str, str]:
+    """A real dead letter: ``fair.job(account, n)`` enqueued, claimed and dead-lettered, as a
+    worker does; returns its letter id and business key."""
+    store = store_for(fair.app)
+    fair.job.delay(account, n)
+    [lease] = store.claim(["celery"], 1, "w1", AccountLimit().pack(0)).leases
+    lease.dead_letter("permanent: lead was deleted")
+    [letter] = DeadLetters(fair.app).named(lease.job_id)
+    assert letter.job_key
+    return lease.job_id, letter.job_key
+
+
+def dead_row(letter_id: str, key: str, finished_ago: float) -> Job:
+    """The row the recorder wrote for the dead letter, ``finished_ago`` seconds ago."""
+    finished = datetime.fromtimestamp(time.time() - finished_ago, UTC)
+    job = Job.objects.create(job_key=key, task_id=letter_id.split(":")[0], delivery_id=letter_id,
+                             task="tests.apps.fair.job", queue="celery", account="acme",
+                             status=Status.DEAD, attempts=1, finished_at=finished,
+                             dead_reason="permanent: lead was deleted")
+    Attempt.objects.create(job=job, number=1, delivery_id=letter_id, outcome="dead",
+                           started_at=finished, finished_at=finished)
+    return job
+
+
+def test_a_replay_waiting_in_the_store_keeps_its_dead_row_through_a_prune(database, fair,
+                                                                          capsys):
+    """A dead letter 31 days old is replayed while the recorder is stopped: its row still names
+    the dead delivery, the replay has a new task id; the row keeps its attempts and reason."""
+    letter_id, key = dead_letter_of(fair, "acme", 1)
+    row = dead_row(letter_id, key, 31 * DAY)
+    replay = DeadLetters(fair.app).replay(letter_id)  # no recorder: the row still says dead
+    assert replay.id != row.task_id
+    call_command("fairqueue", "prune")
+    assert "Deleted 0 recorded jobs" in capsys.readouterr().out
+    kept = Job.objects.get(job_key=key)
+    assert (kept.status, kept.dead_reason) == (Status.DEAD, "permanent: lead was deleted")
+    assert list(kept.attempt_history.values_list("outcome", flat=True)) == ["dead"]
+
+
+def test_a_replay_running_or_dead_again_keeps_the_row_and_one_that_finished_lets_it_go(
+        database, fair):
+    store = store_for(fair.app)
+    letters = {n: dead_letter_of(fair, "acme", n) for n in (1, 2, 3)}
+    rows = {n: dead_row(letter_id, key, 31 * DAY) for n, (letter_id, key) in letters.items()}
+    replays = {DeadLetters(fair.app).replay(letter_id).id: n
+               for n, (letter_id, _) in letters.items()}
+    leases = {replays[lease.job_id.split(":")[0]]: lease
+              for lease in store.claim(["celery"], 3, "w2", AccountLimit().pack(0)).leases}
+    leases[2].dead_letter("permanent: still deleted")  # a dead letter of the replay's own
+    leases[3].succeeded()
+    leases[3].ack()  # finished: its key holds a done marker, and the store nothing else
+    assert Pruner(fair.app).prune() == 1  # the running replay (1) and the dead one (2) hold
+    assert set(Job.objects.values_list("job_key", flat=True)) == {rows[1].job_key,
+                                                                  rows[2].job_key}

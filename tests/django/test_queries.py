@@ -2,7 +2,7 @@
 
 import pytest
 
-from celery_fairqueue.contrib.django.queries import (
+from celery_fairqueue.contrib.django.console.queries import (
     jobs_for,
     oldest_ready_age,
     oldest_ready_age_by_queue,

@@ -31,8 +31,7 @@ def stream(fair, redis_client):
 
 
 def history(key: str) -> list[tuple[int, str]]:
-    return list(Attempt.objects.filter(job__job_key=key).order_by("id")
-                .values_list("number", "outcome"))
+    return [(a.number, a.outcome) for a in Job.objects.get(job_key=key).attempt_list()]
 
 
 def test_batches_folded_while_the_last_is_written_keep_each_jobs_order(

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from celery_fairqueue.contrib.django.models import Job
-from celery_fairqueue.contrib.django.recorder import Recorder
+from celery_fairqueue.contrib.django.recording.recorder import Recorder
 from celery_fairqueue.store import RECORDER_GROUP, store_for
 from tests.harness import REDIS_URL_ENV, wait_until
 

@@ -82,6 +82,13 @@ class WorkerProcess:
 
     def start(self, timeout: float = 30.0) -> WorkerProcess:
         """Start the worker and wait for its ready line."""
+        self.launch()
+        self.wait_for_log(f"{self.hostname} ready.", timeout)
+        return self
+
+    def launch(self) -> WorkerProcess:
+        """Start the worker, not waiting for it (a fleet starts side by side: each launched
+        from the main thread, whose exit alone kills it, then each waited for)."""
         with open(self.log_path, "ab") as log:
             self._log_offset = log.tell()
             self.process = subprocess.Popen(
@@ -94,7 +101,6 @@ class WorkerProcess:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
-        self.wait_for_log(f"{self.hostname} ready.", timeout)
         return self
 
     def wait_for_log(self, text: str, timeout: float = 30.0) -> None:

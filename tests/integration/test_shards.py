@@ -2,6 +2,7 @@
 across them by runnable weight, lookups by task id on any shard, the store's S followed."""
 
 import logging
+import time
 
 import pytest
 
@@ -9,6 +10,7 @@ from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.protocol import delivery_id
 from celery_fairqueue.settings import FairqueueSettings
 from celery_fairqueue.store import FairStore, WorkerRegistration, open_store
+from celery_fairqueue.store.shards.chooser import RETRY_FAILED_SECONDS
 from celery_fairqueue.store.shards.placement import account_shard
 
 from .conftest import put
@@ -200,6 +202,7 @@ def test_a_failing_shard_leaves_the_others_claiming_and_its_acks_unsettled(shard
     assert "Redis refused the command" in str(claim.failure)
     sharded.client.delete(broken)
     sharded.client.rename("{saved}", broken)
+    time.sleep(RETRY_FAILED_SECONDS)  # the failed shard is left out that long
     retried = sharded.claim(["default"], 10, TOKEN, NO_LIMIT, acks=claim.unsettled)
     assert not retried.lost and retried.failure is None
     assert [lease.account for lease in retried.leases] == [accounts[3]]

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.harness import drop_result_subscriptions, wait_until
+from tests.harness import wait_until
 
 APP = "tests.apps.fair"
 NO_POLL = {"FQ_POLL_INTERVAL": "60"}
@@ -27,21 +27,19 @@ def test_a_countdown_job_runs_when_due_though_the_worker_polls_seldom(fair, idle
     assert fair.job.apply_async(("acme", 2), countdown=1).get(timeout=15) == 2
 
 
-def test_a_lost_wake_up_connection_is_made_again_and_nothing_waits(fair, celery_worker_factory,
-                                                                   fair_store, redis_client):
-    # no remote control: the worker's one pub/sub connection is the store's wake-up subscription
-    celery_worker_factory(APP, env={**NO_POLL, "FQ_REMOTE_CONTROL": "0"})
-    channel = fair_store.keys.queue("celery").wake
+def blocked_on_doorbells(redis_client) -> list[dict]:
+    return [c for c in redis_client.client_list() if c.get("cmd") == "bzpopmin"]
 
-    def listening() -> bool:
-        return dict(redis_client.pubsub_numsub(channel)).get(channel) == 1
 
-    assert wait_until(listening, timeout=10)
-    drop_result_subscriptions()  # so the kill hits the worker's subscription, not this process's
-    redis_client.client_kill_filter(_type="pubsub")
-    job = fair.job.delay("acme", 3)  # signalled while nobody listens, or to the new subscription
+def test_a_lost_doorbell_connection_is_made_again_and_nothing_waits(fair, celery_worker_factory,
+                                                                    fair_store, redis_client):
+    celery_worker_factory(APP, env=NO_POLL)
+    assert wait_until(lambda: blocked_on_doorbells(redis_client), timeout=10)
+    for client in blocked_on_doorbells(redis_client):
+        redis_client.client_kill_filter(_id=client["id"])
+    job = fair.job.delay("acme", 3)  # rung while nobody waits, or to the new connection
     assert job.get(timeout=15) == 3
-    assert wait_until(listening, timeout=10)
+    assert wait_until(lambda: blocked_on_doorbells(redis_client), timeout=10)
 
 
 @pytest.mark.slow

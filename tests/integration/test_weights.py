@@ -128,34 +128,26 @@ def test_an_empty_rotation_leaves_no_virtual_time_behind(store, redis_client):
 
 
 
-def wake_signals(redis_client, channel: str, run) -> int:
-    """How many wake-ups ``run()`` sends on ``channel``."""
-    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe(channel)
-    try:
-        pubsub.get_message(timeout=0.5)  # the subscription is in place
-        run()
-        count = 0
-        while pubsub.get_message(timeout=0.3) is not None:
-            count += 1
-        return count
-    finally:
-        pubsub.close()
+def rings(redis_client, bell: str, run) -> int:
+    """How many rings ``run()`` leaves on the doorbell ``bell`` (emptied first)."""
+    redis_client.delete(bell)
+    run()
+    return int(redis_client.zcard(bell))
 
 
 def test_a_claim_that_takes_the_account_it_promoted_wakes_no_idle_worker(store, redis_client):
     """A rate-limited account alone in its queue (weight 4, as in the issue): each claim that
-    brings it back when its token is due and takes its job itself signals nobody (it woke every
+    brings it back when its token is due and takes its job itself rings nobody (it woke every
     idle worker for nothing, a claim each per token); a claim that brings back more than it
-    takes wakes them once."""
+    takes rings once."""
     store.set_limit("limited", AccountLimit(rate="20/s", burst=1, weight=4))
     backlog(store, {"limited": 5})
     assert claims(store, 1) == ["limited"]
     assert claims(store, 1) == []  # no token: deferred, the rotation is empty
-    channel = store.keys.queue("default").wake
+    bell = store.keys.queue("default").bell
     for _ in range(3):
         time.sleep(0.06)  # its next token is there
-        assert wake_signals(redis_client, channel, lambda: claims(store, 1)) == 0
+        assert rings(redis_client, bell, lambda: claims(store, 1)) == 0
 
 
 def test_a_claim_that_brings_back_more_than_it_takes_wakes_the_idle_workers(store,
@@ -165,8 +157,8 @@ def test_a_claim_that_brings_back_more_than_it_takes_wakes_the_idle_workers(stor
     backlog(store, {"a": 3, "b": 3})
     assert sorted(claims(store, 3)) == ["a", "b"]  # each took its token: both deferred
     time.sleep(0.06)  # both tokens are there; a claim of one job leaves the other's
-    channel = store.keys.queue("default").wake
-    assert wake_signals(redis_client, channel, lambda: claims(store, 1)) == 1
+    bell = store.keys.queue("default").bell
+    assert rings(redis_client, bell, lambda: claims(store, 1)) == 1
 
 
 def test_a_rate_limited_account_costs_no_skip_per_token_beside_a_backlogged_one(store,

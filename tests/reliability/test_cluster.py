@@ -9,7 +9,7 @@ its primary dies may never reach the replica that takes over; ``fairqueue_wait_r
 what the failover test asserts; without it the losses are measured and bounded. Each test runs
 again with the store in 16 shards (``fairqueue_shards``): the shards' tags spread them over the
 three primaries, so a failover or a slot's move takes some shards away, not all, and the
-workers are woken on each shard's channel (sharded pub/sub).
+workers wait on each shard's doorbell (a BZPOPMIN per shard, at the shard's node).
 """
 
 from __future__ import annotations
@@ -338,9 +338,9 @@ def test_the_console_operations_run_on_a_cluster(shards, cluster):
 @pytest.mark.parametrize("shards", [1, SHARDS])
 def test_an_idle_worker_on_a_cluster_store_is_woken_not_polled(shards, cluster, cluster_app,
                                                                  celery_worker_factory, ledger):
-    """The scripts SPUBLISH on the queue's wake channel of their shard, at the shard's node;
-    the worker's sharded subscription (SSUBSCRIBE, a connection to each node that holds one of
-    its channels) hears it, on whichever primary the account's shard lives."""
+    """The scripts ring the queue's doorbell of their shard, at the shard's node; the worker
+    waits on each shard's doorbells with a BZPOPMIN of its own (a blocking pop waits on one
+    slot), so it hears the ring on whichever primary the account's shard lives."""
     app = cluster_app(cluster.url, 0, shards)
     celery_worker_factory(APP, env={"FQ_CLUSTER_URL": cluster.url, "FQ_WAIT_REPLICAS": "0",
                                     "FQ_POLL_INTERVAL": "60", "FQ_SHARDS": str(shards)})

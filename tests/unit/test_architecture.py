@@ -142,6 +142,54 @@ def test_each_room_of_the_store_imports_only_the_rooms_its_docstring_names():
     assert loose == [], "every store module lives in a room"
 
 
+DJANGO = "celery_fairqueue.contrib.django"
+#: The Django app's rooms, and what of the app's other rooms and the admin each may import.
+DJANGO_ROOMS = {"recording": set(), "console": {f"{DJANGO}.recording.dead_letters"}}
+#: What the app keeps at its top, where Django and its users look for it (apps, models,
+#: migrations, admin, management commands, the worker step and the tasks), and the paths of
+#: modules that moved into a room, kept as deprecated aliases.
+DJANGO_TOP = {"apps", "checks", "columns", "conf", "metrics_view", "models", "tasks", "worker"}
+DJANGO_MOVED = {"overview", "pruner", "queries", "recorder"}
+
+
+def django_room_of(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[3] if len(parts) > 3 and ".".join(parts[:3]) == DJANGO else None
+
+
+def test_the_django_apps_rooms_import_only_what_their_docstrings_allow():
+    """recording/ (the writes of the rows) imports nothing of the console or the admin; the
+    console imports nothing of the admin and of the recording only the dead letters' writes;
+    the admin (the face) may import both. Each room's ``__init__`` says so, and maps its
+    modules."""
+    for room in DJANGO_ROOMS:
+        doc = ast.get_docstring(ast.parse((PACKAGE / "contrib" / "django" / room /
+                                           "__init__.py").read_text())) or ""
+        assert "May import:" in doc, f"contrib/django/{room} says nothing of what it may import"
+        modules_here = {p.stem for p in (PACKAGE / "contrib" / "django" / room).glob("*.py")}
+        assert {m for m in modules_here - {"__init__"} if f"``{m}``" not in doc} == set(), room
+    crossing = []
+    for name, deps in import_graph().items():
+        room = django_room_of(name)
+        if room not in DJANGO_ROOMS:
+            continue
+        for dep in deps:
+            other = django_room_of(dep)
+            if other is None or other == room or other in DJANGO_TOP:
+                continue
+            if dep not in DJANGO_ROOMS[room]:
+                crossing.append(f"{name} -> {dep}")
+    assert crossing == []
+
+
+def test_the_django_app_keeps_at_its_top_only_what_django_and_users_look_for_there():
+    loose = {p.stem for p in (PACKAGE / "contrib" / "django").glob("*.py")} - {"__init__"}
+    assert loose == DJANGO_TOP | DJANGO_MOVED
+    for name in DJANGO_MOVED:
+        text = (PACKAGE / "contrib" / "django" / f"{name}.py").read_text()
+        assert "DeprecationWarning" in text and len(text.splitlines()) < 20, name
+
+
 def test_no_module_outside_the_shards_room_branches_on_whether_the_store_is_sharded():
     """Only store/shards compares the number of shards with one or asks for a ShardedStore;
     everything else goes through its interface (store.shards, shard_for, merged.per_shard)."""

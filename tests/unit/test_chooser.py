@@ -5,8 +5,6 @@ from collections import Counter
 
 from celery_fairqueue.store.shards.chooser import ShardChooser
 
-POLL = 0.05
-
 
 def run(chooser: ShardChooser, weights: dict[int, int], claims: int, batch: int,
         every: float) -> Counter[int]:
@@ -28,38 +26,40 @@ def run(chooser: ShardChooser, weights: dict[int, int], claims: int, batch: int,
 
 
 def test_backlogged_shards_get_jobs_in_proportion_to_their_weights():
-    chooser = ShardChooser(16, POLL)
+    chooser = ShardChooser(16)
     leased = run(chooser, {3: 1, 7: 2, 8: 4}, claims=700, batch=1, every=0.001)
     assert all(abs(leased[n] - 100 * w) <= 2 for n, w in ((3, 1), (7, 2), (8, 4))), leased
 
 
-def test_shares_hold_when_each_shard_is_claimed_from_less_often_than_a_poll_interval():
-    """Claims of 4 jobs every 20 ms with a 50 ms poll interval: each backlogged shard's turn
-    comes more than a poll interval apart. Asking a stale shard first whatever its weight gave
-    them equal turns (233 jobs each of 700), not 1:2:4."""
-    chooser = ShardChooser(16, POLL)
+def test_shares_hold_when_each_shard_is_claimed_from_seldom():
+    """Claims of 4 jobs every 20 ms: each backlogged shard's turn comes long after the last
+    (once more than a 50 ms poll interval). Asking a stale shard first whatever its weight
+    gave them equal turns (233 jobs each of 700), not 1:2:4."""
+    chooser = ShardChooser(16)
     leased = run(chooser, {3: 1, 7: 2, 8: 4}, claims=175, batch=4, every=0.02)
     total = sum(leased.values())
     for n, weight in ((3, 1), (7, 2), (8, 4)):
         assert abs(leased[n] / total / (weight / 7) - 1) <= 0.05, leased
 
 
-def test_an_empty_shard_is_asked_again_after_a_poll_interval_and_when_due():
-    chooser = ShardChooser(2, POLL)
+def test_an_empty_shard_is_asked_again_at_the_workers_poll_and_when_due():
+    chooser = ShardChooser(2)
     chooser.claimed(0, 1, 1, None, 0.0)
     chooser.claimed(1, 0, 0, 0.01, 0.0)  # empty, a deferred account due in 10 ms
     assert chooser.pick(0.005, set()) == 0
     assert chooser.pick(0.01, set()) == 1  # due
     chooser.claimed(1, 0, 0, None, 0.01)
     assert chooser.pick(0.02, set()) == 0
-    assert chooser.pick(0.07, set()) == 1  # a poll interval since it was asked
+    assert chooser.pick(0.07, set()) == 0  # believed empty: not asked on its own
+    chooser.rescan()  # the worker's poll
+    assert chooser.pick(0.07, set()) == 1
     chooser.woken(0)
     chooser.claimed(1, 0, 0, None, 0.07)
     assert chooser.pick(0.08, set()) == 0  # woken: asked first
 
 
 def test_a_shard_back_to_work_joins_at_the_lowest_pass_without_banked_turns():
-    chooser = ShardChooser(2, POLL)
+    chooser = ShardChooser(2)
     chooser.claimed(1, 0, 0, None, 0.0)
     for step in range(100):
         chooser.claimed(0, 1, 1, None, step * 0.001)  # shard 0 alone: its pass grows

@@ -1,13 +1,14 @@
-"""The recorder's fold (contrib/django/fold.py) as pure logic: events built by hand, rows in
-memory, no Redis and no database (pytest-django refuses any query from these tests, which carry
-no ``django_db`` mark). The recorder's tests on a real Redis and database are in
+"""The recorder's fold (contrib/django/recording/fold.py) as pure logic: events built by hand,
+rows in memory, no Redis and no database (pytest-django refuses any query from these tests,
+which carry no ``django_db`` mark). The recorder's tests on a real Redis and database are in
 tests/django/test_recorder.py."""
 
 from datetime import UTC, datetime
 
 import pytest
 
-from celery_fairqueue.contrib.django.fold import (
+from celery_fairqueue.contrib.django.models import Attempt, Job
+from celery_fairqueue.contrib.django.recording.fold import (
     EVENT_TYPES,
     EXPIRED,
     HANDLERS,
@@ -15,9 +16,8 @@ from celery_fairqueue.contrib.django.fold import (
     Fold,
     rows_needed,
 )
-from celery_fairqueue.contrib.django.models import Attempt, Job
-from celery_fairqueue.contrib.django.rows import AttemptRow, JobRow
-from celery_fairqueue.contrib.django.writer import prepare
+from celery_fairqueue.contrib.django.recording.rows import AttemptRow, JobRow
+from celery_fairqueue.contrib.django.recording.writer import prepare
 from celery_fairqueue.protocol import EVENT_FIELDS, Event, EventType, encode_id
 
 Status = Job.Status
@@ -68,14 +68,14 @@ def test_an_unknown_event_type_is_ignored():
     assert not folded.dirty and not folded.new_attempts
 
 
-def test_rows_needed_are_the_enqueued_keys_the_task_ids_and_the_deliveries():
+def test_rows_needed_are_the_enqueued_keys_the_task_ids_and_the_deliveries_that_ran():
     keys, tasks, deliveries = rows_needed([
         enqueued("t1", key="k1"), enqueued("t2", key="-"),
         event(EventType.RUNNING, job="t3:2", worker="w"),
         event(EventType.ACCOUNT_READY, queue="default", account="acme")])
     assert keys == {"k1", "task:t2"}
     assert tasks == {"t1", "t2", "t3"}
-    assert deliveries == {"t1:0", "t2:0", "t3:2"}
+    assert deliveries == {"t3:2"}  # a job only enqueued has no attempt to load
 
 
 def test_enqueued_job_is_ready_with_its_arguments_and_business_key():
@@ -119,7 +119,7 @@ def test_the_pauses_a_fold_saw_outlive_it():
     assert (job.status, job.next_run_at) == (Status.DEFERRED, at(T0 + 100))
 
 
-def test_retry_then_success_keeps_one_attempt_per_delivery():
+def test_retry_then_success_keeps_a_row_for_the_failed_attempt_and_the_job_tells_the_last():
     folded = fold(enqueued(),
                   event(EventType.RUNNING, 1, job="t1:0", worker="w1"),
                   event(EventType.RETRYING, 2, job="t1:0", error="Timeout: slow", due=T0 + 30),
@@ -130,7 +130,7 @@ def test_retry_then_success_keeps_one_attempt_per_delivery():
     assert (job.external_id, job.last_error, job.worker) == ("ext-9", "Timeout: slow", "w2")
     assert job.finished_at == at(T0 + 31) and job.waiting_since is None
     assert [(a.number, a.delivery_id, a.outcome, a.error) for a in folded.new_attempts] == [
-        (1, "t1:0", Outcome.RETRYING, "Timeout: slow"), (2, "t1:1", Outcome.SUCCEEDED, "")]
+        (1, "t1:0", Outcome.RETRYING, "Timeout: slow")]  # the success is the job row's
 
 
 def test_failed_then_dead_keeps_the_error_and_the_reason():
@@ -236,13 +236,44 @@ def test_arguments_that_are_not_an_object_or_hold_nul_are_shown_safely():
     assert only_job(fold(enqueued(args="not json"))).args == {}
 
 
-def test_a_job_whose_events_share_a_batch_is_written_once_with_its_attempt_closed():
+def test_a_job_whose_events_share_a_batch_is_written_once_and_its_success_costs_no_attempt():
     writes = prepare(fold(enqueued(), event(EventType.RUNNING, 1, job="t1:0", worker="w"),
                           event(EventType.SUCCEEDED, 2, job="t1:0")))
     [row] = writes.new
     assert row[0] == "k1" and Status.SUCCEEDED in row and not writes.moved + writes.fresh
+    assert not writes.new_attempts and not writes.closed_attempts
+
+
+def test_a_failed_attempt_gets_its_row_with_what_the_job_row_knew_of_it():
+    writes = prepare(fold(enqueued(), event(EventType.RUNNING, 1, job="t1:0", worker="w"),
+                          event(EventType.REQUEUED, 2, job="t1:0", reason="lease expired")))
     [attempt] = writes.new_attempts
-    assert attempt[0] == "k1" and Outcome.SUCCEEDED in attempt and not writes.closed_attempts
+    assert attempt == ("k1", 1, "t1:0", "w", at(T0 + 1), at(T0 + 2), Outcome.REQUEUED,
+                       "lease expired")
+
+
+def test_a_batch_applied_again_adds_no_second_row_for_an_attempt_that_failed():
+    stored = JobRow(job_key="k1", task_id="t1", delivery_id="t1:0", task="proj.send",
+                    queue="default", account="acme", status=Status.READY, attempts=1,
+                    started_at=at(T0 + 1), worker="w")
+    requeued = AttemptRow(delivery_id="t1:0", number=1, worker="w", started_at=at(T0 + 1),
+                          outcome=Outcome.REQUEUED, stored=True)
+    folded = Fold()
+    folded.know([stored], [requeued])
+    fold(event(EventType.RUNNING, 1, job="t1:0", worker="w"),
+         event(EventType.REQUEUED, 2, job="t1:0"), fold=folded)
+    assert not folded.new_attempts and not folded.closed_attempts
+
+
+def test_a_new_run_under_the_key_keeps_the_succeeded_run_as_an_attempt_row():
+    stored = JobRow(job_key="k1", task_id="old", delivery_id="old:0", task="proj.send",
+                    queue="default", account="acme", status=Status.SUCCEEDED, attempts=1,
+                    started_at=at(T0 - 10), finished_at=at(T0 - 9), worker="w")
+    folded = Fold()
+    folded.know([stored])
+    fold(enqueued("new", 1), fold=folded)
+    assert [(a.delivery_id, a.outcome, a.finished_at) for a in folded.new_attempts] == [
+        ("old:0", Outcome.SUCCEEDED, at(T0 - 9))]
 
 
 def test_a_stored_job_moved_on_is_written_without_its_arguments():

@@ -53,7 +53,7 @@ def test_a_shards_tag_does_not_depend_on_the_number_of_shards():
 
 
 def test_shares_follow_the_shards_runnable_weights():
-    chooser = ShardChooser(3, poll_interval=30.0)
+    chooser = ShardChooser(3)
     weights, jobs = [1, 2, 4], Counter()
     now = 0.0
     for _ in range(7000):
@@ -66,7 +66,7 @@ def test_shares_follow_the_shards_runnable_weights():
 
 
 def test_a_shard_without_work_is_asked_again_when_woken_or_due():
-    chooser = ShardChooser(2, poll_interval=30.0)
+    chooser = ShardChooser(2)
     for shard in (0, 1):
         assert chooser.pick(0.0, set()) == shard
         chooser.claimed(shard, 0, 0, 5.0 if shard else None, 0.0)
@@ -79,7 +79,7 @@ def test_a_shard_without_work_is_asked_again_when_woken_or_due():
 
 
 def test_a_shard_back_at_work_banks_no_turns():
-    chooser = ShardChooser(2, poll_interval=30.0)
+    chooser = ShardChooser(2)
     chooser.claimed(0, 0, 1, None, 0.0)
     chooser.claimed(1, 0, 0, None, 0.0)  # idle while shard 0 serves 100 jobs
     for _ in range(100):
@@ -95,7 +95,7 @@ def test_a_shard_back_at_work_banks_no_turns():
 
 
 def test_acks_ride_on_a_claim_of_their_shard_while_it_is_within_a_claim_of_its_pass():
-    chooser = ShardChooser(2, poll_interval=30.0)
+    chooser = ShardChooser(2)
     for shard in (0, 1):
         chooser.claimed(shard, 0, 1, None, 0.0)
     chooser.claimed(1, 4, 1, None, 0.0)  # shard 1 is 4 jobs ahead

@@ -61,8 +61,8 @@ def test_the_counts_of_status_console_and_metrics_are_named_once():
     text = overview.read_text()
     assert "{{ labels.accounts_deferred }}" in text and "{{ labels.accounts_paused }}" in text
     assert not spelled.search(re.sub(r"\{\{.*?\}\}", "", text))
-    views = (PACKAGE / "contrib/django/account_views.py").read_text()
-    assert "from ...states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, ACCOUNTS_READY" in views
+    views = (PACKAGE / "contrib/django/console/account_views.py").read_text()
+    assert "from ....states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, ACCOUNTS_READY" in views
     assert words == {"Accounts ready", "Accounts deferred", "Accounts paused"}
 
 

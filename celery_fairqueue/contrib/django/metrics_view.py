@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from ...metrics import make_registry
 from .conf import celery_app
-from .queries import oldest_ready_age_by_queue
+from .console.queries import oldest_ready_age_by_queue
 
 
 @cache

@@ -55,15 +55,18 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-enqueued_at"]
+        # Each index costs the recorder every row it writes, so only these, each for the
+        # queries named (plans in docs/deployment.md, "The Job table's indexes"):
         indexes = [
+            # an account's jobs: the overview's rows and pages by account, the account page,
+            # the admin's account filter, an account's oldest ready job
             models.Index(fields=["account", "status"], name="fq_job_account_status"),
-            models.Index(fields=["queue", "status", "enqueued_at"], name="fq_job_queue_status"),
-            models.Index(fields=["status", "next_run_at"], name="fq_job_status_next_run"),
-            # the overview's sort by oldest waiting job, and its per-account page of counts
-            models.Index(fields=["account", "waiting_since"], name="fq_job_account_waiting"),
-            models.Index(fields=["waiting_since", "account"], name="fq_job_waiting"),
-            # throughput and "dead letters in the last hour"
+            # a status's jobs by when they finished: the pruner, throughput, dead letters in
+            # the last hour, the admin's status filters and dead letters, oldest ready job
             models.Index(fields=["status", "finished_at"], name="fq_job_status_finished"),
+            # the overview's walk by oldest waiting job: only the jobs that wait
+            models.Index(fields=["waiting_since", "account"], name="fq_job_waiting",
+                         condition=models.Q(waiting_since__isnull=False)),
         ]
         permissions = [
             ("replay_job", "Can replay dead jobs"),
@@ -74,6 +77,31 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task} [{self.account}] {self.status}"
+
+    def latest_attempt(self) -> Attempt | None:
+        """The job's latest attempt as this row tells it, unsaved: the recorder writes an
+        Attempt row only for an attempt that ended other than in success or was followed by
+        another (fold.py), so a running or succeeded job's latest attempt is often here only.
+        None when it has not run, or its attempt ended otherwise (it has its row then)."""
+        outcomes = {self.Status.RUNNING: Attempt.Outcome.RUNNING,
+                    self.Status.SUCCEEDED: Attempt.Outcome.SUCCEEDED}
+        if self.started_at is None or self.status not in outcomes:
+            return None
+        return Attempt(job=self, number=self.attempts, delivery_id=self.delivery_id,
+                       worker=self.worker, started_at=self.started_at,
+                       finished_at=self.finished_at if self.status == self.Status.SUCCEEDED
+                       else None, outcome=outcomes[self.status])
+
+    def attempt_list(self) -> list[Attempt]:
+        """Every attempt, oldest first: the Attempt rows, and the latest attempt when only
+        this row tells it (:meth:`latest_attempt`)."""
+        attempts = list(self.attempt_history.order_by("id"))
+        latest = self.latest_attempt()
+        if latest is not None and not any(
+                a.delivery_id == latest.delivery_id and a.started_at == latest.started_at
+                for a in attempts):
+            attempts.append(latest)
+        return attempts
 
 
 class DeadJob(Job):

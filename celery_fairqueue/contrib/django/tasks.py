@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from .conf import celery_app
-from .pruner import Pruner
+from .recording.pruner import Pruner
 
 
 @shared_task(name="celery_fairqueue.prune_records", ignore_result=True)

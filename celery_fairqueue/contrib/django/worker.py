@@ -29,7 +29,9 @@ class RecorderStep(bootsteps.StartStopStep):
         self.thread: threading.Thread | None = None
 
     def start(self, worker: Any) -> None:
-        from .recorder import Recorder  # the models need Django set up, which the worker did
+        from .recording.recorder import (
+            Recorder,  # the models need Django set up, which the worker did
+        )
 
         recorder = Recorder(worker.app, consumer_name=worker.hostname)
         self.thread = threading.Thread(target=recorder.run_forever, args=(self.stop_event,),

@@ -19,7 +19,7 @@ from typing import Any, Self
 
 from ...settings import FairqueueSettings
 from ..formats.keys import Keys, QueueKeys, decode_id
-from .connect import AnyClient, is_cluster, make_client
+from .connect import AnyClient, make_client
 from .deadline import RedisClock
 from .lua import load_script
 from .translate import operation
@@ -64,7 +64,7 @@ class StoreDoor:
         self._emits = {name: source.events for name, source in sources.items()}
         self._recording = False
         # the scripts' MODE: a recorder listens, the store has shards (``sharded``, given by
-        # the shards package, store/shards/shard.py), on a cluster
+        # the shards package, store/shards/shard.py)
         self.set_sharded(sharded)
         self._recording_checked = float("-inf")
         self.redis_clock = RedisClock(self.server_time)  # the producer's deadlines
@@ -73,7 +73,7 @@ class StoreDoor:
         """Whether the store has shards, for the scripts' MODE: a store of one shard takes them
         when a reshard moves it (store/shards/sharded.py)."""
         self.sharded = sharded
-        shape = ("1" if sharded else "0") + ("1" if is_cluster(self.client) else "0")
+        shape = "1" if sharded else "0"
         self._mode_recording, self._mode_quiet = (f"1{shape}".encode(), f"0{shape}".encode())
 
     @classmethod

@@ -126,7 +126,7 @@ def load_script(name: str) -> ScriptSource:
     used = tuple(key for key in GLOBAL_KEY_NAMES if lua_name(key) in touched)
     events = "K_EVENTS" in touched
     # a script that changes a rotation must know whether to keep its weight (MODE)
-    assert events or not {"join_rotation", "wake_queue"} & called, f"{name}.lua: no MODE"
+    assert events or "join_rotation" not in called, f"{name}.lua: no MODE"
     position = {key: n + 1 for n, key in enumerate(used)}
     prologue = "\n".join([
         "local " + ", ".join(lua_name(key) for key in GLOBAL_KEY_NAMES) + " = " + ", ".join(
@@ -134,12 +134,10 @@ def load_script(name: str) -> ScriptSource:
         f"local NGLOBAL = {len(used)}",
         f"local K_EVENTS = {'KEYS[#KEYS]' if events else 'nil'}",
         # the caller's mode, its last argument (StoreDoor.mode): whether a recorder listens,
-        # whether the store has shards (the rotations keep their runnable weight) and whether
-        # it is a cluster's (wake-ups on sharded pub/sub)
-        "local MODE = " + ("table.remove(ARGV)" if events else "'000'"),
+        # whether the store has shards (the rotations keep their runnable weight)
+        "local MODE = " + ("table.remove(ARGV)" if events else "'00'"),
         "local RECORDING = " + ("string.sub(MODE, 1, 1) == '1'" if events else "nil"),
-        "local SHARDED, SPUBLISHING = string.sub(MODE, 2, 2) == '1', "
-        "string.sub(MODE, 3, 3) == '1'",
+        "local SHARDED = string.sub(MODE, 2, 2) == '1'",
         "",
     ])
     kept = "".join(_kept(text, called) for text in sources)

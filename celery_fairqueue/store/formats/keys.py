@@ -82,9 +82,24 @@ class QueueKeys:
         return (self.state,)
 
     @property
-    def wake(self) -> str:
-        """Pub/sub channel on which the scripts wake the queue's idle workers (not a key)."""
-        return self.state.removesuffix("state") + "wake"
+    def bell(self) -> str:
+        """Sorted set: the queue's doorbell on this shard. Idle workers block on it (BZPOPMIN);
+        a script that leaves work nobody claims adds one ring, so Redis wakes exactly one of
+        them (lib/rotation.lua ``ring``; worker/doorbell.py)."""
+        return self.state.removesuffix("state") + "bell"
+
+    @property
+    def clock(self) -> str:
+        """Sorted set: the time keeper's doorbell on this shard: rung when a due time comes
+        before every other one the queue had (a delayed job, a deferred account), so the keeper arms
+        its timer for it (lib/rotation.lua ``call_keeper``)."""
+        return self.state.removesuffix("state") + "clock"
+
+    @property
+    def keeper(self) -> str:
+        """String, on the home shard: the token of the worker that keeps the queue's time (a
+        lease renewed by its heartbeat: heartbeat.lua); the others arm no timer."""
+        return self.state.removesuffix("state") + "keeper"
 
 
 class Keys:

@@ -6,7 +6,7 @@
 - ``events.py``: the event stream the recorder reads, and the recorders' lock.
 - ``dead_letters.py``: the dead-letter queue, listed, shown, replayed and purged;
   ``letter_names.py``: what a person calls a dead letter, resolved to its ids.
-- ``wakeups.py``: an idle worker's wait on its queues' wake channels.
+- ``doorbell.py``: an idle worker's wait on its queues' doorbells.
 
 May import: formats, connection, writers, shards.
 """

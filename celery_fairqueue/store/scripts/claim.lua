@@ -11,9 +11,10 @@
 --       use only while the store holds none (it holds one once a worker ran: limits field "*"),
 --       [5] promotion batch, [6] most accounts skipped in one call, [7] most deliveries before
 --       a job is dead-lettered as poison, [8] index of the queue to start with (1-based),
---       [9] how many of the queues to claim from, [10] done-key retention in seconds, [11] n
---       acks, then n times: queue index, job_id, business key as stored ("-": none), "1" if it
---       succeeded (see ack_job in lib/leases.lua).
+--       [9] how many of the queues to claim from, [10] done-key retention in seconds, [11] "1"
+--       when the worker keeps the queues' time (it arms its own timer for the next due time:
+--       a deferral calls no keeper), [12] n acks, then n times: queue index, job_id, business
+--       key as stored ("-": none), "1" if it succeeded (see ack_job in lib/leases.lua).
 -- Returns a flat list: seconds until the next deferred account or delayed job is due (-1: none),
 -- the list of acked job ids whose lease was lost, the runnable weight of the queues claimed from
 -- (in a sharded store, else 0: see join_rotation), then per job: queue index, job_id, envelope,
@@ -30,15 +31,17 @@
 -- marker and XADD). An account with a concurrency cap adds its running count to both.
 -- include: keys events records markers limits rotation leases
 local want, lease, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
--- the store's one default limit (set_default_limit.lua), not this worker's own setting
-local stored_default = redis.call('HGET', K_LIMITS, '*')
-local default_limit = stored_default or ARGV[4]
 local batch, max_skips, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local nq, retention = tonumber(ARGV[9]), tonumber(ARGV[10])
 local now = now_seconds()
--- whether any account has a limit of its own (the default is field "*"): else none is asked
-local own_limits = redis.call('HLEN', K_LIMITS) > (stored_default and 1 or 0)
-held_wakes = {}  -- see join_rotation: this claim wakes the others at its end, if it leaves work
+-- the store's one default limit (set_default_limit.lua), not this worker's own setting, and
+-- whether any account has a limit of its own (the default is field "*"): else none is asked;
+-- neither for a claim that only settles acks (no queue)
+local stored_default = nq > 0 and redis.call('HGET', K_LIMITS, '*')
+local default_limit = stored_default or ARGV[4]
+local own_limits = nq > 0 and redis.call('HLEN', K_LIMITS) > (stored_default and 1 or 0)
+local keeps_time = ARGV[11] == '1'
+claiming = true  -- see join_rotation: this claim rings at its end, if it leaves work
 
 -- each queue's keys (queue_keys), made once per call
 local queues = {}
@@ -48,8 +51,8 @@ local function queue_at(i)
 end
 
 local lost, acked = {}, 0
-for n = 0, tonumber(ARGV[11]) - 1 do
-  local a = 12 + n * 4
+for n = 0, tonumber(ARGV[12]) - 1 do
+  local a = 13 + n * 4
   if ack_job(queue_at(tonumber(ARGV[a])), ARGV[a + 1], token, ARGV[a + 2], ARGV[a + 3] == '1',
              retention) then
     acked = acked + 1
@@ -145,10 +148,16 @@ local function record_deferral(qk, account, reason, due)
              reason .. ' ' .. (due and string.format('%.6f', due) or '-'))
 end
 
+-- A deferral due before every due time the queue had calls its time keeper (unless this worker
+-- keeps the time: it arms its own timer from what the claim returns).
 local function defer(qk, account, reason, wake)
   record_deferral(qk, account, reason, wake)
   redis.call('HSET', qk.state, account, 'p')
   redis.call('ZADD', qk.deferred, wake, account)
+  if not keeps_time and wake < math.min(qk.next_deferred or math.huge,
+                                        qk.next_delayed or math.huge) then
+    call_keeper(qk)
+  end
   qk.next_deferred = math.min(qk.next_deferred or wake, wake)
   redis.call('HINCRBY', K_STATS, 'deferred', 1)
   emit('e', 'account_deferred', 'q', qk.name, 'a', account, 'at', now, 'due', wake)
@@ -333,10 +342,11 @@ end
 if next_due then
   out[1] = string.format('%.6f', math.max(0, next_due - now))
 end
--- a rotation this claim filled (promotions) and left work in: the other idle workers take it
-for _, qk in pairs(held_wakes) do
-  if redis.call('ZCARD', qk.tags) > 0 then
-    wake_queue(qk, 'ready')
+-- a rotation this claim leaves work in (it took all it wanted, or promoted more than it took):
+-- the doorbell wakes one more idle worker, who rings again if it leaves work too
+for n = 1, nq do
+  if not empty[n] and redis.call('ZCARD', queues[n].tags) > 0 then
+    ring(queues[n])
   end
 end
 -- what the queues claimed from can run now, by weight, for the worker's choice of a shard

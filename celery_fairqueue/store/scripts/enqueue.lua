@@ -16,7 +16,10 @@
 --       seconds on Redis's clock; "" or absent: none): a call that runs later stores nothing
 --       (it still says whether the delivery is stored: the producer's check), since its
 --       producer has raised or will (store/connection/deadline.py), [16] while a reshard moves the store,
---       the shard the account moves to, else "" or absent (see below).
+--       the shard the account moves to, else "" or absent (see below), [17] in a bulk
+--       enqueue, the most rings the queue's doorbell holds after this job is ready (its place
+--       in the batch, at most the fleet's size: each job wakes one more idle worker), else ""
+--       or absent (a single enqueue rings when the rotation was empty: join_rotation).
 -- Returns {status, job_id}: status 1 ready, 2 delayed, 0 already stored (job_id is the existing
 -- one), 3 the dead letter to replay is gone (replayed or purged already), 4 the account has
 -- [11] waiting jobs, 5 the store holds [12] jobs, 6 past the producer's deadline, 7 the
@@ -170,4 +173,7 @@ if due > now then
   return {2, job_id}
 end
 make_ready(qk, account, seq, job_id, before == 0)
+if (ARGV[17] or '') ~= '' then  -- a bulk enqueue's job: a ring for each worker it can feed
+  ring(qk, tonumber(ARGV[17]))
+end
 return {1, job_id}

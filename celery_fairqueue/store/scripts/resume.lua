@@ -25,7 +25,7 @@ if account ~= '' then
 else
   -- a queue's pause ends: its rotation never emptied, so its idle workers are woken here
   for i = 1, queue_count() do
-    wake_queue(queue_keys(i), 'ready')
+    ring(queue_keys(i))
   end
 end
 return existed

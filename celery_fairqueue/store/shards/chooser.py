@@ -8,12 +8,14 @@ of the whole store is its weight over the sum, wherever it lives. A shard that c
 work joins at the lowest pass of those that have work: it neither banks turns while idle nor
 jumps the others, as an account joins its rotation.
 
-A shard of unknown weight is asked first: never asked yet, woken on its channel (new work), or
-believed empty and due (a deferred account or delayed job) or not asked for a poll interval (a
-missed wake-up). A shard with work waits for its pass, however long ago it was asked: were it
-asked first once stale, every shard would be stale whenever a worker claims from each less
-often than once a poll interval (a short interval, big batches, many shards), and they would
-take turns, not shares; its weight is brought up to date when its pass comes.
+A shard of unknown weight is asked first: never asked yet, woken by its doorbell (new work),
+believed empty and due (a deferred account or delayed job), or one believed empty, in turn,
+at each of the worker's polls (``rescan``: a missed ring). A shard believed empty is not
+asked again on its own: its doorbell rings when it gains work (worker/doorbell.py), and
+asking every empty shard once a poll interval made each worker's cost grow with the shards
+and the fleet. A shard with
+work waits for its pass, however long ago it was asked: were it asked first once stale, they
+would take turns, not shares; its weight is brought up to date when its pass comes.
 """
 
 from __future__ import annotations
@@ -28,18 +30,18 @@ RETRY_FAILED_SECONDS = 1.0
 class ShardChooser:
     """One worker's view of its shards' runnable weights, and its choice among them."""
 
-    def __init__(self, shards: int, poll_interval: float) -> None:
-        self.poll_interval = poll_interval
+    def __init__(self, shards: int) -> None:
         self.weights: list[int | None] = [None] * shards  # None: unknown, ask it
         self.passes = [0.0] * shards
         self.due = [math.inf] * shards  # monotonic time a shard's deferred work is due
         self.asked = [-math.inf] * shards  # monotonic time it was last asked
+        self._rescanned = 0  # the shard the next rescan starts from
 
     def _unknown(self, n: int, now: float) -> bool:
         weight = self.weights[n]
         if weight is None:
             return True
-        return weight <= 0 and (self.due[n] <= now or now - self.asked[n] >= self.poll_interval)
+        return weight <= 0 and self.due[n] <= now
 
     def pick(self, now: float, tried: set[int], settling: Collection[int] = (),
              batch: int = 1) -> int | None:
@@ -74,9 +76,16 @@ class ShardChooser:
         self.asked[n] = now
         self.due[n] = now + next_due if next_due is not None else math.inf
 
+    def due_shards(self, now: float) -> list[int]:
+        """The shards whose deferred account or delayed job is due (the time keeper's tick)."""
+        return [n for n, due in enumerate(self.due) if due <= now]
+
     def woken(self, n: int) -> None:
-        """Shard ``n`` signalled new work: its weight is unknown until it is asked."""
-        self.weights[n] = None
+        """Shard ``n``'s doorbell rang: believed empty, its weight is unknown until it is
+        asked; one known to have work waits for its pass (a claim that leaves work rings too,
+        and its ring must not jump the stride order)."""
+        if not self.weights[n]:
+            self.weights[n] = None
 
     def failed(self, n: int, now: float) -> None:
         """Shard ``n`` did not answer: ask it again in a second (the claim goes on without)."""
@@ -85,8 +94,22 @@ class ShardChooser:
 
     def forget(self) -> None:
         """Every shard's weight is unknown (an operator's change may have made work runnable;
-        the other workers learn it from the wake channels)."""
+        the other workers learn it from the doorbells)."""
         self.weights = [None] * len(self.weights)
+
+    def rescan(self) -> None:
+        """The worker's poll: the next shard believed empty, in turn, is asked at its next
+        claim (its ring may have been lost: the time keeper's sweep rings again for every
+        shard, this is the fallback's fallback); one known to have work keeps its pass. One
+        shard a poll, not all: every shard asked by every worker once a poll interval is a
+        cost that grows with the shards and the fleet."""
+        count = len(self.weights)
+        for step in range(count):
+            n = (self._rescanned + step) % count
+            if not self.weights[n]:
+                self.weights[n] = None
+                self._rescanned = n + 1
+                return
 
     def next_due(self, now: float) -> float | None:
         """Seconds until some shard's deferred account or delayed job is due (as a claim of one

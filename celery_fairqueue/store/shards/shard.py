@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
@@ -19,6 +20,8 @@ from ..writers.operator import Operator, paused_accounts
 
 #: Records read a round trip when counting the leased jobs.
 RECORDS_CHUNK = 500
+#: How long a producer goes on with its count of the fleet (FairStore.fleet_size).
+FLEET_SIZE_SECONDS = 10.0
 
 
 class FairStore(Jobs, Fleet, Operator):
@@ -32,6 +35,7 @@ class FairStore(Jobs, Fleet, Operator):
                          sharded=settings.shards > 1 if sharded is None else sharded)
         self.home = home or self  # the store's home shard: one check of its shards for all
         self.shard_move: tuple[int, int] | None = None  # (S, N) while a reshard runs
+        self._fleet_size, self._fleet_size_at = 1, float("-inf")
 
     @cached_property
     def shards(self) -> list[FairStore]:
@@ -55,6 +59,28 @@ class FairStore(Jobs, Fleet, Operator):
             self.check_shards()
         return super().enqueue_many(jobs)
 
+    def fleet_size(self) -> int:
+        """How many workers the home's registry holds (live ones, and those not yet swept),
+        read at most every FLEET_SIZE_SECONDS: the most idle workers a bulk enqueue rings for
+        (each job of a batch one more, up to this)."""
+        home = self.home
+        if home is not self:
+            return home.fleet_size()
+        now = time.monotonic()
+        if now - self._fleet_size_at > FLEET_SIZE_SECONDS:
+            with operation("enqueue"):
+                self._fleet_size = int(self.client.zcard(self.keys.workers))
+            self._fleet_size_at = now
+        return max(1, self._fleet_size)
+
+    def doorbells(self, queues: Sequence[str], keeps_time: bool, bells: bool = True
+                  ) -> list[str]:
+        """The lists a worker of ``queues`` blocks on, on this shard: their doorbells while it
+        has a free slot (``bells``), their time keeper's calls while it keeps their time
+        (worker/doorbell.py)."""
+        keys = [self.keys.queue(q).bell for q in queues] if bells else []
+        return keys + ([self.keys.queue(q).clock for q in queues] if keeps_time else [])
+
     def shard_at(self, n: int) -> FairStore:
         """Shard ``n`` of the store, even one that a reshard made after this process counted
         its shards (sharded.py grows its list)."""
@@ -68,8 +94,10 @@ class FairStore(Jobs, Fleet, Operator):
         return owned
 
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
-              first: int = 0, acks: Sequence[Lease] = ()) -> Claim:
-        claim = super().claim(queues, want, token, default_limit, first, acks)
+              first: int = 0, acks: Sequence[Lease] = (), *, keeps_time: bool = True,
+              tick: bool = False) -> Claim:
+        claim = super().claim(queues, want, token, default_limit, first, acks,
+                              keeps_time=keeps_time, tick=tick)
         if claim.lost and acks:
             lost = set(claim.lost)
             self._forward_done([lease for lease in acks if lease.job_id in lost])
@@ -89,9 +117,11 @@ class FairStore(Jobs, Fleet, Operator):
                 self.home.shard_at(int(str(where)[2:])).mark_done_unless_done(
                     lease.stored_key, lease.job_id)
 
-    def woken(self, channel: str) -> None:
-        """A queue's wake channel signalled work (wakeups.py); a sharded store notes which
-        shard's."""
+    def rescan(self) -> None:
+        """A worker's poll: a sharded store asks every shard at its next claim."""
+
+    def woken(self, key: str) -> None:
+        """A queue's doorbell rang (worker/doorbell.py); a sharded store notes which shard's."""
 
     # what a queue holds now, across the roles (the metrics and the console read it)
 

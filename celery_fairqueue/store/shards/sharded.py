@@ -85,7 +85,7 @@ class ShardedStore(FairStore):
                 FairStore(self.client, Keys(self.keys.prefix, n), self.settings, home=self,
                           sharded=count > 1) for n in range(len(self.shards), count)]
             self._by_tag = {shard.keys.tag: n for n, shard in enumerate(self.shards)}
-            self._chooser = ShardChooser(count, self.settings.poll_interval)
+            self._chooser = ShardChooser(count)
         if self.sharded != (count > 1):
             for store in (self, *self.shards):
                 store.set_sharded(count > 1)
@@ -113,14 +113,14 @@ class ShardedStore(FairStore):
         return shard
 
     def shard_of_key(self, key: str) -> int:
-        """The shard a key or wake channel of this store belongs to, by its hash tag."""
+        """The shard a key of this store belongs to, by its hash tag."""
         return self._by_tag[key[:key.index("}") + 1]]
 
     # -- jobs ------------------------------------------------------------------------------
 
     def enqueue(self, *, account: str, **job: Any) -> EnqueueResult:
         """Store the job on its account's shard (which this process, should it claim, asks
-        next: other processes are woken on the shard's channel); while a reshard moves the
+        next: other processes are woken by the shard's doorbell); while a reshard moves the
         store, on its old shard, told where the account goes (enqueue.lua), or where the old
         shard says it went."""
         with operation("enqueue"):
@@ -175,16 +175,20 @@ class ShardedStore(FairStore):
         return done
 
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
-              first: int = 0, acks: Sequence[Lease] = ()) -> Claim:
+              first: int = 0, acks: Sequence[Lease] = (), *, keeps_time: bool = True,
+              tick: bool = False) -> Claim:
         """Lease up to ``want`` jobs from the shards the chooser names, in turn, and settle
         ``acks`` on their own shards (riding with a claim there, or alone). A shard that fails
         is left out for a moment: what the others answered is kept, and the acks it did not
         settle come back in ``Claim.unsettled``; only when no shard answered does the claim
-        raise, as a claim of one store does."""
+        raise, as a claim of one store does. ``tick`` with no ``want``: the time keeper's
+        claim of nothing on each shard whose due time came (Jobs.claim)."""
         self.check_shards()
         if len(self.shards) == 1:  # a store of one shard: its claim, as it is
-            return self.shards[0].claim(queues, want, token, default_limit, first, acks)
+            return self.shards[0].claim(queues, want, token, default_limit, first, acks,
+                                        keeps_time=keeps_time, tick=tick)
         want = min(want, self.settings.claim_batch) if queues else 0
+        ticking = self._chooser.due_shards(time.monotonic()) if tick and want <= 0 else []
         by_shard: dict[int, list[Lease]] = {}
         for lease in acks:
             by_shard.setdefault(self._by_tag[lease.store.keys.tag], []).append(lease)
@@ -196,27 +200,37 @@ class ShardedStore(FairStore):
         tried: set[int] = set()
         answered = False
         runnable = 0
+        def ask(n: int, wanted: int, now: float) -> Claim | None:
+            """Shard ``n``'s claim of ``wanted`` jobs (0: the keeper's tick), its acks riding;
+            None when it failed (left out for a moment)."""
+            nonlocal answered, failure, lost, unsettled
+            riding = by_shard.pop(n, [])
+            try:
+                got = self.shards[n].claim(queues, wanted, token, default_limit, first, riding,
+                                           keeps_time=keeps_time, tick=not wanted)
+            except FairqueueError as exc:
+                self._chooser.failed(n, now)
+                unsettled += riding
+                failure = failure or exc
+                return None
+            answered = True
+            self._chooser.claimed(n, len(got.leases), got.runnable, got.next_due, now)
+            lost += got.lost
+            return got
+
         while want > len(leases):
             now = time.monotonic()
             n = self._chooser.pick(now, tried, settling=by_shard, batch=want - len(leases))
             if n is None:
                 break
             tried.add(n)
-            riding = by_shard.pop(n, [])
-            try:
-                got = self.shards[n].claim(queues, want - len(leases), token, default_limit,
-                                           first, riding)
-            except FairqueueError as exc:
-                self._chooser.failed(n, now)
-                unsettled += riding
-                failure = failure or exc
-                continue
-            answered = True
-            self._chooser.claimed(n, len(got.leases), got.runnable, got.next_due, now)
-            leases += got.leases
-            expired += got.expired
-            lost += got.lost
-            runnable += got.runnable
+            got = ask(n, want - len(leases), now)
+            if got is not None:
+                leases += got.leases
+                expired += got.expired
+                runnable += got.runnable
+        for n in ticking:
+            ask(n, 0, time.monotonic())
         for n, settling in by_shard.items():  # acks of shards not claimed from
             try:
                 lost += self.shards[n].claim([], 0, token, "", acks=settling).lost
@@ -237,9 +251,14 @@ class ShardedStore(FairStore):
         for shard in self.shards:
             shard.forget_recording()
 
-    def woken(self, channel: str) -> None:
-        """A shard signalled work on its wake channel (worker/wakeups.py): ask it next."""
-        self._chooser.woken(self.shard_of_key(channel))
+    def rescan(self) -> None:
+        """The worker's poll: every shard believed empty is asked at its next claim (a ring
+        may be lost)."""
+        self._chooser.rescan()
+
+    def woken(self, key: str) -> None:
+        """A shard's doorbell rang (worker/doorbell.py): ask it next."""
+        self._chooser.woken(self.shard_of_key(key))
 
     def bury(self, job_id: str, reason: str, record: dict[str, Any] | None = None) -> None:
         account = (record or {}).get("account")
@@ -252,9 +271,10 @@ class ShardedStore(FairStore):
     # -- the fleet -------------------------------------------------------------------------
 
     def beat(self, worker_id: str, registration: WorkerRegistration | None,
-             job_ids: Sequence[str]) -> Beat:
-        """The registration renewed at the home shard, each leased job's lease on its own
-        (one of unknown shard, on every shard: it is lost where none holds it)."""
+             job_ids: Sequence[str], *, keeping: bool = True) -> Beat:
+        """The registration and the queues' time keepers renewed at the home shard, each
+        leased job's lease on its own (one of unknown shard, on every shard: it is lost where
+        none holds it)."""
         known = {job_id: self._job_shard[job_id] for job_id in job_ids
                  if job_id in self._job_shard}
         self._job_shard = known  # the jobs no longer held are forgotten
@@ -263,16 +283,19 @@ class ShardedStore(FairStore):
         lost: list[str] = []
         instances: list[str] = []
         live = 0
+        keeps: list[str] = []
         for n, shard in enumerate(self.shards):
             mine = [job_id for job_id, at in known.items() if at == n]
-            beat = shard.beat(worker_id, registration if n == 0 else None, mine + unknown)
+            beat = shard.beat(worker_id, registration if n == 0 else None, mine + unknown,
+                              keeping=keeping)
+            keeps += beat.keeps
             lost += [job_id for job_id in beat.lost if job_id in known]
             missing = set(beat.lost) & set(unknown)
             lost_everywhere = missing if lost_everywhere is None else lost_everywhere & missing
             instances.append(beat.instance)
             live = live or beat.live_workers
         return Beat(lost=lost + sorted(lost_everywhere or ()), instance=",".join(instances),
-                    live_workers=live)
+                    live_workers=live, keeps=keeps)
 
     def instance(self) -> str:
         """The shards' instance ids: one of them new means that shard lost its data."""
@@ -345,8 +368,9 @@ class ShardedStore(FairStore):
         shard = self.task_shard(task_id)
         return shard.run_now(task_id) if shard is not None else []
 
-    def purge(self, queues: Sequence[str] | None = None, batch: int = 1000) -> int:
-        return sum(FairStore.purge(shard, queues, batch) for shard in self.shards)
+    def purge(self, queues: Sequence[str] | None = None, batch: int = 1000,
+              on_taken: Callable[[list[str]], None] | None = None) -> int:
+        return sum(FairStore.purge(shard, queues, batch, on_taken) for shard in self.shards)
 
     def pause(self, account: str | None = None, queue: str | None = None, *, by: str = "",
               reason: str = "") -> OperatorPause:

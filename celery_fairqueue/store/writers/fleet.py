@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..connection.door import StoreDoor
 
 #: A worker's registration outlives its last heartbeat by this many heartbeat intervals.
 REGISTRY_BEATS = 3
+#: A queue's time keeper keeps it this many heartbeat intervals after its last beat: a keeper
+#: that dies is replaced by another worker's beat within that, plus one interval.
+KEEPER_BEATS = 2
 
 
 
@@ -39,11 +42,13 @@ class WorkerRegistration:
 @dataclass(frozen=True)
 class Beat:
     """What a worker's heartbeat learns: the leases it lost, the store's instance id (a new
-    one means Redis lost the data) and how many workers are registered."""
+    one means Redis lost the data), how many workers are registered and the queues whose time
+    it keeps (see heartbeat.lua)."""
 
     lost: list[str]
     instance: str
     live_workers: int
+    keeps: list[str] = field(default_factory=list)
 
 
 
@@ -69,15 +74,21 @@ class Fleet(StoreDoor):
         return self.beat(worker_id, registration, job_ids).lost
 
     def beat(self, worker_id: str, registration: WorkerRegistration | None,
-             job_ids: Sequence[str]) -> Beat:
+             job_ids: Sequence[str], *, keeping: bool = True) -> Beat:
         """:meth:`heartbeat`, also reading the store's instance id and the number of live
-        workers: a worker's whole beat in one round trip. No ``registration``: the leases
-        only (a shard other than the home one, which holds the registry)."""
-        lost, instance, workers = self._run("heartbeat", [], [
-            worker_id, self.settings.lease_seconds,
-            registration.to_json() if registration is not None else "", self.registry_ttl(),
-            uuid.uuid4().hex, *job_ids])
-        return Beat(lost=list(lost), instance=str(instance), live_workers=int(workers))
+        workers, and keeping the time of the registration's queues that no other worker keeps
+        (``keeping`` False: giving up those it keeps): a worker's whole beat in one round
+        trip. No ``registration``: the leases only (a shard other than the home one, which
+        holds the registry and the keepers)."""
+        queues = list(registration.queues) if registration is not None else []
+        keeper_ms = int(KEEPER_BEATS * self.settings.heartbeat_interval * 1000) if keeping else 0
+        lost, instance, workers, kept = self._run(
+            "heartbeat", [self.keys.queue(queue) for queue in queues], [
+                worker_id, self.settings.lease_seconds,
+                registration.to_json() if registration is not None else "",
+                self.registry_ttl(), uuid.uuid4().hex, keeper_ms, *job_ids])
+        return Beat(lost=list(lost), instance=str(instance), live_workers=int(workers),
+                    keeps=[queues[int(n) - 1] for n in kept])
 
     def read_layout(self, process_id: str, name: str, seconds: float) -> str:
         """The store's layout as its home records it (``"S"``, or ``"S>N"`` while a reshard

@@ -170,6 +170,10 @@ class Jobs(StoreDoor):
             start = end
         return outcomes
 
+    def fleet_size(self) -> int:
+        """The most idle workers a bulk enqueue rings for (shard.py: the registry's size)."""
+        return 1
+
     def _store_batch(self, jobs: Sequence[dict[str, Any]]) -> list[EnqueueOutcomeOrError]:
         """One round trip of :meth:`enqueue_many`, with :meth:`enqueue`'s deadline: a batch
         with no reply is asked again once no call of it can store any more; raises when
@@ -177,12 +181,17 @@ class Jobs(StoreDoor):
         with operation("enqueue"):
             deadline = f"{self.redis_clock.deadline(self.settings.enqueue_timeout / 2):.6f}"
         calls = []
+        fleet = self.fleet_size()
+        places: dict[str, int] = {}
         for job in jobs:
             fields = dict(job)
             moving_to = fields.pop("moving_to", None)
             args = [*self._enqueue_args(**fields), deadline]
-            if moving_to is not None:  # reshard
-                args.append(moving_to)
+            places[job["queue"]] = place = places.get(job["queue"], 0) + 1
+            if moving_to is not None or place <= fleet:
+                args.append("" if moving_to is None else moving_to)  # reshard
+            if place <= fleet:  # rings for as many idle workers as the batch can feed
+                args.append(place)
             calls.append(([self.keys.queue(job["queue"])], args))
         wanted = self.settings.wait_replicas
         failure: StoreUnavailableError | None = None
@@ -221,13 +230,17 @@ class Jobs(StoreDoor):
         return result
 
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
-              first: int = 0, acks: Sequence[Lease] = ()) -> Claim:
+              first: int = 0, acks: Sequence[Lease] = (), *, keeps_time: bool = True,
+              tick: bool = False) -> Claim:
         """Ack ``acks`` (this worker's finished leases), then lease up to ``want`` jobs from
         ``queues``, rotating over accounts with capacity; also say when the next deferred
         account or delayed job is due. ``first`` is the 0-based index of the queue to look at
-        first (workers rotate it so no queue starves). One round trip for the whole turn."""
+        first (workers rotate it so no queue starves). One round trip for the whole turn.
+        ``keeps_time``: the worker arms its own timer for the next due time (else a deferral
+        due first calls the queues' time keeper). ``tick``: the time keeper's call with no
+        free slot, which promotes what is due and rings for it though it leases nothing."""
         want = min(want, self.settings.claim_batch) if queues else 0
-        if want <= 0 and not acks:
+        if want <= 0 and not acks and not (tick and queues):
             return Claim([], None)
         s = self.settings
         names = list(queues)
@@ -236,7 +249,7 @@ class Jobs(StoreDoor):
         flat = self._run("claim", [self.keys.queue(q) for q in names], [
             max(want, 0), s.lease_seconds, token, default_limit, s.promote_batch, s.max_skips,
             s.max_deliveries, first % len(queues) + 1 if queues else 1, len(queues),
-            s.job_retention, len(acks),
+            s.job_retention, "1" if keeps_time else "0", len(acks),
             *(arg for ack in acks for arg in ack.ack_args(position[ack.queue])),
         ])
         next_due = float(flat[0])

@@ -11,7 +11,7 @@ and no attempt is charged.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,10 +194,12 @@ class Operator(StoreDoor):
         return [job_id for job_id, queue in list(self.deliveries_of(task_id))
                 if self._run("cancel", [self.keys.queue(queue)], [job_id]) == 1]
 
-    def purge(self, queues: Sequence[str] | None = None, batch: int = 1000) -> int:
+    def purge(self, queues: Sequence[str] | None = None, batch: int = 1000,
+              on_taken: Callable[[list[str]], None] | None = None) -> int:
         """Take every waiting job (ready, deferred or delayed) of ``queues`` (default: all)
         out of the store, as ``celery purge`` discards a broker queue's messages; running jobs
-        stay. Returns how many it took; a job enqueued meanwhile may stay (call it again)."""
+        stay. Returns how many it took; a job enqueued meanwhile may stay (call it again).
+        ``on_taken`` is called with the delivery ids of each batch taken."""
         taken = 0
         for queue in list(queues or self.known_queues()):
             qk = self.keys.queue(queue)
@@ -207,9 +209,13 @@ class Operator(StoreDoor):
                 pipe.zrange(qk.delayed, 0, batch - 1)
                 ready, delayed = pipe.execute()
                 ids = [member_job_id(member) for member in ready] + list(delayed)
-                now = sum(1 for cancelled in self._run_many(
-                    "cancel", (([qk], [job_id]) for job_id in ids), batch) if cancelled == 1)
+                done = self._run_many("cancel", (([qk], [job_id]) for job_id in ids), batch)
+                gone = [job_id for job_id, cancelled in zip(ids, done, strict=True)
+                        if cancelled == 1]
+                now = len(gone)
                 taken += now
+                if gone and on_taken is not None:
+                    on_taken(gone)
                 if now == 0:  # nothing left, or only entries no script can take
                     break
         return taken

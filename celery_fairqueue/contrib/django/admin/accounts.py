@@ -12,8 +12,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from ..account_views import account_view, overview_view
-from ..actions import ActionError, perform
+from ..console.account_views import account_view, overview_view
+from ..console.actions import ActionError, perform
 from ..models import Account
 from .common import account_from_ref
 

@@ -23,15 +23,15 @@ from ....errors import FairqueueError
 from ....reports import BatchOutcome
 from ....store import DeadLetters
 from ....tables import duration, truncate
-from ..actions import CANCEL_PERMISSION, RUN_NOW_PERMISSION
 from ..conf import celery_app
-from ..models import Attempt, DeadJob, Job
-from ..views import (
+from ..console.actions import CANCEL_PERMISSION, RUN_NOW_PERMISSION
+from ..console.views import (
     PURGE_PERMISSION,
     REPLAY_PERMISSION,
     purge_dead_letters,
     replay_dead_letters,
 )
+from ..models import Attempt, DeadJob, Job
 from .common import (
     AccountFilter,
     account_link,
@@ -43,7 +43,7 @@ from .common import (
 )
 from .search import JobSearch, arguments_shown
 
-ERROR_COLUMN_WIDTH = 40
+ERROR_TITLE_WIDTH = 500  # the last error's hover text
 ATTEMPT_ID_WIDTH = 20  # the attempts table's ids: its seven columns fit at 1366 px
 REASON_COLUMN_WIDTH = 48
 GAVE_UP = "gave up after"
@@ -56,10 +56,10 @@ def runs_of(job: Job) -> list[tuple[str, list[Attempt]]]:
     that succeeded is the key's next enqueue (dedupe refuses it while the key is pending,
     running or done); any other comes from a dead letter's replay."""
     runs: dict[str, list[Attempt]] = {}
-    for attempt in job.attempt_history.order_by("id"):
+    for attempt in job.attempt_list():
         runs.setdefault(attempt.delivery_id.rsplit(":", 1)[0], []).append(attempt)
-    for attempts in runs.values():
-        attempts.sort(key=lambda a: (a.number, a.id))
+    for attempts in runs.values():  # the latest, unsaved, after the rows of its number
+        attempts.sort(key=lambda a: (a.number, a.id is None, a.id or 0))
     titled: list[tuple[str, list[Attempt]]] = []
     replays = 0
     for n, (task_id, attempts) in enumerate(runs.items()):
@@ -119,8 +119,8 @@ class JobAdmin(JobSearch):
     """Every recorded job, read-only: what the recorder saw happen."""
 
     list_display: tuple[str, ...] = (
-        "task_name", "account_page", "arguments_short", "status_badge", "attempts", "queue",
-        "next_run", "age", "error_short")
+        "task_short", "account_page", "arguments_short", "status_badge", "attempts", "queue",
+        "next_run_short", "age", "error_short")
     list_filter: tuple[Any, ...] = (
         AccountFilter, "status", ("task", admin.AllValuesFieldListFilter),
         ("queue", admin.AllValuesFieldListFilter), ("enqueued_at", admin.DateFieldListFilter))
@@ -158,6 +158,13 @@ class JobAdmin(JobSearch):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # rows mirror Redis; deleting one would only hide a job that still exists
 
+    def changelist_view(self, request: HttpRequest,
+                        extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        # the list of jobs is a wide table: at a laptop's width (1,280 px) the admin's side
+        # menu would leave it 630 px beside the filters; the breadcrumbs lead back instead
+        return super().changelist_view(
+            request, {**(extra_context or {}), "is_nav_sidebar_enabled": False})
+
     def get_urls(self) -> list[URLPattern]:
         overview = path("accounts/", self.admin_site.admin_view(self.account_overview),
                         name="celery_fairqueue_job_accounts")
@@ -188,6 +195,12 @@ class JobAdmin(JobSearch):
     def task_name(self, job: Job) -> str:
         return job.task.rsplit(".", 1)[-1]
 
+    @admin.display(description="task", ordering="task")
+    def task_short(self, job: Job) -> str:
+        """In the list: the task's own name, clipped to the column, its full name on hover."""
+        return format_html('<div class="fq-clip" title="{}">{}</div>', job.task,
+                           self.task_name(job))
+
     @admin.display(description="account", ordering="account")
     def account_page(self, job: Job) -> str:
         return account_link(job.account)
@@ -208,7 +221,12 @@ class JobAdmin(JobSearch):
 
     @admin.display(description="last error")
     def error_short(self, job: Job) -> str:
-        return truncate(job.last_error, ERROR_COLUMN_WIDTH) if job.last_error else ""
+        """The error's first line, clipped to the column; its first lines whole on hover."""
+        if not job.last_error:
+            return ""
+        first = job.last_error.strip().split("\n", 1)[0]
+        return format_html('<div class="fq-clip fq-error" title="{}">{}</div>',
+                           truncate(job.last_error, ERROR_TITLE_WIDTH), first)
 
     @admin.display(description="arguments")
     def arguments(self, job: Job) -> str:
@@ -234,6 +252,16 @@ class JobAdmin(JobSearch):
     @admin.display(description="next run", ordering="next_run_at")
     def next_run(self, job: Job) -> str:
         return nowrap(exact(job.next_run_at))
+
+    @admin.display(description="next run", ordering="next_run_at")
+    def next_run_short(self, job: Job) -> str:
+        """In the list: how soon, the exact time on hover (a whole time takes a column)."""
+        if job.next_run_at is None:
+            return "-"
+        seconds = (job.next_run_at - timezone.now()).total_seconds()
+        return format_html('<span title="{}" style="white-space:nowrap">{}</span>',
+                           exact(job.next_run_at),
+                           f"in {duration(seconds)}" if seconds > 0 else "due")
 
     @admin.display(description="started")
     def started(self, job: Job) -> str:

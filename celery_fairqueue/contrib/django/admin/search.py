@@ -17,7 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 from django.utils.http import urlencode
 
 from ....errors import FairqueueError
@@ -70,16 +70,15 @@ def word_filter(word: str) -> Q:
 
 
 def arguments_shown(job: Job) -> str:
-    """A job's redacted arguments as they are searched, one line each (a few, cut short), in a
-    column narrow enough for a 1366 px screen; all of them on hover."""
+    """A job's redacted arguments as they are searched, on one line clipped to a column narrow
+    enough for a laptop (``name=value`` each, a few, cut short); all of them on hover."""
     lines = job.args_text.strip("\n").split("\n") if job.args_text else []
     more = len(lines) - ARGUMENTS_SHOWN
     shown = [truncate(line, ARGUMENT_WIDTH) for line in lines[:ARGUMENTS_SHOWN]]
     if more > 0:
         shown.append(f"and {more} more")
-    return format_html('<div class="fq-args" title="{}" style="min-width:5em;'
-                       'overflow-wrap:anywhere">{}</div>', SEPARATOR.join(lines),
-                       format_html_join("", "<div>{}</div>", ((line,) for line in shown)))
+    return format_html('<div class="fq-args fq-clip" title="{}">{}</div>',
+                       SEPARATOR.join(lines), SEPARATOR.join(shown))
 
 
 class JobSearch(admin.ModelAdmin):

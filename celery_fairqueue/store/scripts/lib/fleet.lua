@@ -19,3 +19,26 @@ local function renew_registration(id, info, ttl, now)
     redis.call('HSET', K_WORKERINFO, id, string.format('%.6f', now) .. ' ' .. info)
   end
 end
+
+-- The queues whose time worker ``id`` keeps (QueueKeys.keeper, each a lease of ``ms``
+-- milliseconds): it renews those it keeps and takes those nobody keeps; ``ms`` 0 gives up
+-- those it keeps (a worker shutting down). Returns the indexes of the queues it keeps.
+local function keep_time(id, ms)
+  local kept = {}
+  for i = 1, queue_count() do
+    local keeper = queue_keys(i).keeper
+    local holder = redis.call('GET', keeper)
+    if holder == id then
+      if ms > 0 then
+        redis.call('PEXPIRE', keeper, ms)
+        kept[#kept + 1] = i
+      else
+        redis.call('DEL', keeper)
+      end
+    elseif not holder and ms > 0 then
+      redis.call('SET', keeper, id, 'PX', ms)
+      kept[#kept + 1] = i
+    end
+  end
+  return kept
+end

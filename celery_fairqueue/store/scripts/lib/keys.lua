@@ -53,7 +53,7 @@ local function queue_keys(i)
   if not queue_key_made then
     local named = {ready = true, deferred = true, delayed = true, running = true,
                    ndelayed = true, deferrals = true, tags = true, finish = true,
-                   weight = true, wake = true}
+                   weight = true, bell = true, clock = true, keeper = true}
     queue_key_made = {__index = function(qk, field)
       local key = nil
       if named[field] then
@@ -79,7 +79,7 @@ local function queue_named(name)
           delayed = base .. 'delayed', running = base .. 'running',
           ndelayed = base .. 'ndelayed', deferrals = base .. 'deferrals', tags = base .. 'tags',
           finish = base .. 'finish', weight = base .. 'weight', name = name,
-          wake = base .. 'wake'}
+          bell = base .. 'bell', clock = base .. 'clock'}
 end
 
 -- Each queue's position in KEYS, by its encoded name (a job's record names its queue).

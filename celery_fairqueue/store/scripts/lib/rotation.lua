@@ -58,14 +58,11 @@ local VIRTUAL_TURN = 1000000
 -- neither banks turns nor jumps ahead. An empty rotation starts virtual time again at 0: no
 -- account waits, so no tag means anything (claim.lua forgets the finish tags too when it finds
 -- the rotation empty). ``front``: one unit ahead of the floor (a deferred account whose token
--- is there: a later turn would waste it). When the rotation was empty, the queue's idle
--- workers are woken on its channel (worker/wakeups.py) instead of finding the work at their
--- next poll.
--- A claim sets held_wakes to a table: the queues whose rotation it filled wait there, and it
--- wakes the idle workers at its end only if it leaves them work (a claim that promotes a
--- deferred account and takes its job itself woke every idle worker for nothing: each token of
--- a rate-limited account cost a claim per idle worker).
-local held_wakes = nil
+-- is there: a later turn would waste it). When the rotation was empty, the queue's doorbell
+-- rings (ring, below) instead of the work waiting for a worker's poll; a claim rings at its
+-- end instead, and only if it leaves work (claim.lua: a claim that promotes a deferred account
+-- and takes its job itself wakes nobody).
+local claiming = false
 
 -- The weight of an account (its own limit's, or the store's default limit's).
 local function account_weight(account)
@@ -73,10 +70,25 @@ local function account_weight(account)
   return packed and select(5, split_limit(packed)) or 1
 end
 
--- Wake a queue's idle workers (worker/wakeups.py): on its shard's own channel on a cluster
--- (sharded pub/sub: a plain PUBLISH is copied to every node of the cluster).
-local function wake_queue(qk, why)
-  redis.call(SPUBLISHING and 'SPUBLISH' or 'PUBLISH', qk.wake, why)
+-- Ring the queue's doorbell (QueueKeys.bell): idle workers block on it with BZPOPMIN, so Redis
+-- hands each ring to exactly one of them (worker/doorbell.py). It holds at most ``rings``
+-- (default 1) rings, the members "1" to "rings", and one ZADD NX tops it up to that (a ring
+-- nobody has taken yet wakes a worker already); the worker it wakes rings again when its claim
+-- leaves work (a chain, not a broadcast). BullMQ's marker key is the same idea.
+local function ring(qk, rings)
+  local members = {}
+  for n = 1, rings or 1 do
+    members[#members + 1] = 0
+    members[#members + 1] = n
+  end
+  redis.call('ZADD', qk.bell, 'NX', unpack(members))
+end
+
+-- Tell the queue's time keeper (QueueKeys.clock) that a due time came before all the others
+-- it knew of: it arms its timer for it. One pending call is enough: the keeper's claim reads
+-- the queue's first due times itself.
+local function call_keeper(qk)
+  redis.call('ZADD', qk.clock, 'NX', 0, 1)
 end
 
 -- In a sharded store the rotation keeps its runnable weight (qk.weight: the sum of the weights
@@ -90,10 +102,8 @@ local function join_rotation(qk, account, front)
   end
   if not head[1] then
     redis.call('DEL', qk.finish)
-    if held_wakes then
-      held_wakes[qk.wake] = qk
-    else
-      wake_queue(qk, 'ready')
+    if not claiming then
+      ring(qk)
     end
   else
     local left = redis.call('ZSCORE', qk.finish, account)
@@ -140,13 +150,13 @@ local function make_ready(qk, account, seq, job_id, alone)
 end
 
 -- A job waits for its time (eta, countdown, backoff); ndelayed counts it for its account. When
--- it is now the first due, idle workers are woken to learn when to claim next.
+-- it is now the first due, the queue's time keeper is called to claim then.
 local function make_delayed(qk, account, job_id, due)
   if redis.call('ZADD', qk.delayed, due, job_id) == 1 then
     redis.call('HINCRBY', qk.ndelayed, account, 1)
   end
   if redis.call('ZRANGE', qk.delayed, 0, 0)[1] == job_id then
-    wake_queue(qk, 'due')
+    call_keeper(qk)
   end
 end
 

@@ -19,11 +19,15 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.core.management.base import BaseCommand, CommandError
 
-from celery_fairqueue.contrib.django.actions import LIMIT_PERMISSION
 from celery_fairqueue.contrib.django.conf import celery_app
-from celery_fairqueue.contrib.django.overview import account_overview
-from celery_fairqueue.contrib.django.pruner import Pruner
-from celery_fairqueue.contrib.django.views import purge_dead_letters, replay_dead_letters, require
+from celery_fairqueue.contrib.django.console.actions import LIMIT_PERMISSION
+from celery_fairqueue.contrib.django.console.overview import account_overview
+from celery_fairqueue.contrib.django.console.views import (
+    purge_dead_letters,
+    replay_dead_letters,
+    require,
+)
+from celery_fairqueue.contrib.django.recording.pruner import Pruner
 from celery_fairqueue.errors import (
     AccountMovingError,
     ConfigurationError,

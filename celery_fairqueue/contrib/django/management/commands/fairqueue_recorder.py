@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from ...conf import celery_app
-from ...recorder import Recorder, default_consumer_name
+from ...recording.recorder import Recorder, default_consumer_name
 
 
 class Command(BaseCommand):

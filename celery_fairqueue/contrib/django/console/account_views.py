@@ -16,14 +16,13 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from ...errors import FairqueueError
-from ...limits import AccountLimit as Limit
-from ...reasons import reason_text
-from ...reports import limit_text
-from ...states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, ACCOUNTS_READY, Reason
-from ...store import QueueState, store_for
-from ...tables import duration, truncate
-from . import console, overview
+from ....reasons import reason_text
+from ....reports import limit_text
+from ....states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, ACCOUNTS_READY, Reason
+from ....store import QueueState
+from ....tables import duration, truncate
+from ..conf import celery_app
+from . import history, overview
 from .actions import (
     CANCEL_PERMISSION,
     LIMIT_PERMISSION,
@@ -31,9 +30,8 @@ from .actions import (
     RESUME_PERMISSION,
     RUN_NOW_PERMISSION,
 )
-from .admin.common import ID_WIDTH, account_url, exact, exact_epoch
 from .charts import throughput_svg
-from .conf import celery_app
+from .formatting import ID_WIDTH, account_url, exact, exact_epoch
 from .live import StoreLive, account_live, store_live, unserved_queues
 
 PAGE_SIZE = 50  # each account on the page costs a read of the store
@@ -68,7 +66,7 @@ def failing(state: QueueState | None, recorded: dict[str, Any], now: datetime) -
     last_success = recorded.get("last_success")
     return (state is not None and state.reason == Reason.NO_READY_JOBS
             and bool(recorded.get("dead_hour"))
-            and (last_success is None or last_success < now - console.HOUR))
+            and (last_success is None or last_success < now - history.HOUR))
 
 
 def uptime(started: float | None, server_time: float | None) -> str:
@@ -118,7 +116,7 @@ def _queue_row(queue: str, state: QueueState | None, recorded: dict[str, Any],
         "limit": limit_text(state.limit) if state and state.limit else "none",
         "limit_is_default": state.limit_is_default if state else True,
         "oldest_waiting": duration(live_wait if state else
-                                   console.age(recorded.get("oldest_waiting"), now)),
+                                   history.age(recorded.get("oldest_waiting"), now)),
         "running": state.running if state else recorded.get("running", 0),
         "last_success": exact(recorded.get("last_success")),
         "failed_hour": recorded.get("failed_hour", 0),
@@ -131,30 +129,18 @@ def _queue_row(queue: str, state: QueueState | None, recorded: dict[str, Any],
     }
 
 
-def _own_limit(account: str) -> tuple[Limit | None, int]:
-    """The account's own limit, even with no job in the store, and the store's default weight
-    (None and 1 while the store cannot be read)."""
-    try:
-        store = store_for(celery_app())
-        own, default = store.get_limit(account), store.default_limit()
-    except (FairqueueError, ValueError):  # ValueError: an id the store cannot hold
-        return None, 1
-    return own, default.weight if default else 1
-
-
 def account_view(request: HttpRequest, account: str, context: dict[str, Any]) -> HttpResponse:
-    """One account: per queue its state now and why, its limit, waits, recent history."""
-    now = console.now()
+    """One account: per queue its state now and why, its limit, waits, recent history. The
+    store is read once (live.py), then the database (history.py); this only joins them."""
+    now = history.now()
     live = account_live(celery_app(), account)
-    recorded = console.account_queues(account, now)
+    recorded = history.account_queues(account, now)
+    share = history.completion_share(account, live.weight, now, live.default_weight)
+    recent = history.recent_jobs(account)
     states = {state.queue: state for state in live.states}
     queues = sorted(states.keys() | recorded.keys())
     rows = [_queue_row(q, states.get(q), recorded.get(q, {}), live.server_time, now,
                        live.error is not None) for q in queues]
-    limit = next((s.limit for s in live.states if s.limit and not s.limit_is_default), None)
-    stored, default_weight = _own_limit(account)
-    limit = limit or stored
-    weight = limit.weight if limit else default_weight
     live_jobs = [{"job": job, "since": exact_epoch(job.since), "due": exact_epoch(job.due),
                   "delayed": job.due is not None and bool(live.server_time)
                   and job.due > (live.server_time or 0)} for job in live.jobs]
@@ -164,12 +150,12 @@ def account_view(request: HttpRequest, account: str, context: dict[str, Any]) ->
         "account": account,
         "rows": rows,
         "paused": any(s.reason == Reason.PAUSED for s in live.states),
-        "own_limit": limit,
-        "weight": weight,
-        "share": console.completion_share(account, weight, now, default_weight),
+        "own_limit": live.limit,
+        "weight": live.weight,
+        "share": share,
         "live_error": live.error,
         "live_jobs": live_jobs,
-        "recent": console.recent_jobs(account),
+        "recent": recent,
         "jobs_url": _changelist("job", account=account),
         "dead_url": _changelist("deadjob", account=account),
         "limits_url": _changelist("accountlimit", q=account),
@@ -220,12 +206,12 @@ def overview_view(request: HttpRequest, context: dict[str, Any]) -> HttpResponse
         number = max(int(request.GET.get("p", "1")), 1)
     except ValueError:
         number = 1
-    now = console.now()
+    now = history.now()
     page = overview.overview_page(sort, query, number, PAGE_SIZE, now)
     recorded = {row["account"]: row
                 for row in overview.account_overview(now, accounts=page.accounts)}
     live = store_live(celery_app(), page.accounts)
-    dead = console.dead_last_hour(page.accounts, now)
+    dead = history.dead_last_hour(page.accounts, now)
     rows = []
     for account in page.accounts:
         row = recorded.get(account, {})
@@ -270,7 +256,7 @@ def overview_view(request: HttpRequest, context: dict[str, Any]) -> HttpResponse
         "recording": recording_lag(live),
         "unserved": unserved_queues(live),
         "live_error": live.error,
-        "chart": throughput_svg(console.throughput(now)),
+        "chart": throughput_svg(history.throughput(now)),
         "action_url": reverse("admin:celery_fairqueue_account_action"),
         "can": permissions(request),
         "refresh_seconds": REFRESH_SECONDS,

@@ -21,10 +21,10 @@ from django.db import connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ...protocol import Event
-from .columns import to_column
+from ....protocol import Event
+from ..columns import to_column
+from ..models import Attempt, Job
 from .fold import Fold
-from .models import Attempt, Job
 from .rows import (
     ARGS_FIELDS,
     ATTEMPT_FIELDS,

@@ -7,6 +7,14 @@ under way), applies the events in stream order to them in memory, and leaves wha
 ``closed_attempts`` and ``account_updates``; writer.py reads and writes the database,
 recorder.py runs both. Each event type has one handler, in :data:`HANDLERS`, keyed by
 ``EventType``.
+
+A job's latest attempt lives in its Job row (``delivery_id``, ``attempts``, ``worker``,
+``started_at``, ``finished_at``, the status); it gets an Attempt row of its own only when it
+ends other than in success (retrying, failed, dead, requeued, settled without an outcome) or
+when a later one begins while it stands (a new run under the same key, a redelivery whose
+attempt never ended). Most jobs succeed at their first attempt, and they cost no Attempt row:
+``Job.attempt_list()`` reads the rows and the latest attempt together. An Attempt row an
+earlier recorder wrote ``running`` is closed as before.
 """
 
 from __future__ import annotations
@@ -17,9 +25,9 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from functools import lru_cache
 
-from ...protocol import Event, EventType, parse_delivery_id, task_id_of
-from ...search import arguments_text
-from .models import Attempt, Job
+from ....protocol import Event, EventType, parse_delivery_id
+from ....search import arguments_text
+from ..models import Attempt, Job
 from .rows import AttemptRow, JobRow
 
 logger = logging.getLogger("celery_fairqueue.contrib.django.recorder")
@@ -29,6 +37,8 @@ Outcome = Attempt.Outcome
 NO_OUTCOME = "settled without an outcome (revoked or rejected)"
 EXPIRED = "expired before it ran (Celery's expires): dropped from the fair store"
 FINAL = (Status.SUCCEEDED, Status.DEAD, Status.REVOKED)
+#: Events that never touch an attempt.
+NO_ATTEMPT = frozenset((EventType.ENQUEUED, EventType.PROMOTED))
 #: Every event type of the stream (``EventType``'s constants).
 EVENT_TYPES = frozenset(value for name, value in vars(EventType).items() if name.isupper())
 
@@ -69,7 +79,9 @@ def rows_needed(events: Iterable[Event]) -> tuple[set[str], set[str], set[str]]:
     ids); the jobs that have one of the keys or task ids, the attempts of the deliveries."""
     deliveries = {e.job_id: e for e in events if e.job_id}
     keys = {key_of(e) for e in deliveries.values() if e.type == EventType.ENQUEUED}
-    return keys, {task_id_of(delivery) for delivery in deliveries}, set(deliveries)
+    # the attempts of the deliveries that run or end here: a job only enqueued has none yet
+    ran = {e.job_id for e in events if e.job_id and e.type not in NO_ATTEMPT}
+    return keys, {e.task_id for e in deliveries.values() if e.task_id}, ran
 
 
 class Fold:
@@ -134,21 +146,48 @@ class Fold:
         self.dirty[job.job_key] = job
         return job
 
-    def open_attempt(self, event: Event) -> AttemptRow | None:
-        attempts = self.attempts.get(event.job_id or "")
-        if attempts and attempts[-1].outcome == Outcome.RUNNING:
-            return attempts[-1]
-        return None
-
-    def close_attempt(self, event: Event, outcome: str, error: str = "") -> None:
-        attempt = self.open_attempt(event)
-        if attempt is None:
+    def _add_attempt(self, job: JobRow, outcome: str, error: str = "",
+                     finished: datetime | None = None) -> None:
+        """Give the job's latest attempt (as its row describes it) an Attempt row of its own,
+        unless it has one (a batch applied again after its ack was lost)."""
+        attempts = self.attempts.setdefault(job.delivery_id, [])
+        if any(a.started_at == job.started_at for a in attempts):
             return
-        attempt.outcome = outcome
-        attempt.error = error
-        attempt.finished_at = _time(event.at)
-        if attempt.stored:
-            self.closed_attempts[id(attempt)] = attempt
+        attempt = AttemptRow(delivery_id=job.delivery_id, number=job.attempts,
+                             worker=job.worker, started_at=job.started_at,
+                             finished_at=finished, outcome=outcome, error=error,
+                             job_key=job.job_key)
+        attempts.append(attempt)
+        self.new_attempts.append(attempt)
+
+    def keep_latest_attempt(self, job: JobRow) -> None:
+        """Before a job moves past its latest attempt with no row of its own (one that
+        succeeded, or one still running whose end was never heard of), write it one."""
+        if job.started_at is None or job.status not in (Status.RUNNING, Status.SUCCEEDED):
+            return
+        if job.status == Status.SUCCEEDED:
+            self._add_attempt(job, Outcome.SUCCEEDED, finished=job.finished_at)
+        else:
+            self._add_attempt(job, Outcome.RUNNING)
+
+    def close_attempt(self, job: JobRow, was_running: bool, event: Event, outcome: str,
+                      error: str = "") -> None:
+        """The job's attempt of ``event``'s delivery ends (``was_running``: the job ran it
+        until this event): an attempt row written running is closed; an attempt that ends
+        other than in success gets its row; one that succeeded is told by the job row."""
+        attempts = self.attempts.get(event.job_id or "")
+        if (attempts and attempts[-1].outcome == Outcome.RUNNING
+                and job.started_at in (None, attempts[-1].started_at)):
+            attempt = attempts[-1]
+            attempt.outcome, attempt.error = outcome, error
+            attempt.finished_at = _time(event.at)
+            if attempt.stored:
+                self.closed_attempts[id(attempt)] = attempt
+            return
+        if (outcome == Outcome.SUCCEEDED or not was_running or job.started_at is None
+                or job.delivery_id != event.job_id):
+            return
+        self._add_attempt(job, outcome, error, _time(event.at))
 
     def run_at(self, job: JobRow, due: datetime | None, now: datetime | None) -> datetime | None:
         """When a job due at ``due`` (None: now) runs: later if its account is paused by a
@@ -173,6 +212,7 @@ class Fold:
             job = JobRow(job_key=key, task_id=event.task_id, enqueued_at=_time(event.at))
         elif job.task_id != event.task_id:
             # the key's earlier job is gone (replayed from the dead letters, or done long ago)
+            self.keep_latest_attempt(job)
             self.by_task.pop(job.task_id, None)
             job.task_id, job.enqueued_at = event.task_id, _time(event.at)
             job.started_at = job.finished_at = None
@@ -206,37 +246,32 @@ class Fold:
         if job is None or (job.status in FINAL and job.delivery_id == event.job_id):
             return
         started = _time(event.at)
+        if job.started_at is not None and started is not None and job.started_at < started:
+            self.keep_latest_attempt(job)  # a redelivery: the attempt before never ended
         job.status, job.started_at, job.next_run_at = Status.RUNNING, started, None
         job.waiting_since = None
         job.worker = event.worker
         job.attempts = event.attempt
         job.delivery_id = event.job_id or job.delivery_id
-        attempts = self.attempts.setdefault(job.delivery_id, [])
-        if any(a.started_at == started for a in attempts):
-            return  # this batch was applied before and its ack got lost
-        attempt = AttemptRow(delivery_id=job.delivery_id, number=event.attempt,
-                             worker=job.worker, started_at=started, job_key=job.job_key)
-        attempts.append(attempt)
-        self.new_attempts.append(attempt)
 
     def on_succeeded(self, event: Event) -> None:
         job = self.job_for(event)
         if job is None:
             return
+        self.close_attempt(job, job.status == Status.RUNNING, event, Outcome.SUCCEEDED)
         job.status, job.finished_at, job.next_run_at = Status.SUCCEEDED, _time(event.at), None
         job.waiting_since = None
         job.external_id = event.external_id
-        self.close_attempt(event, Outcome.SUCCEEDED)
 
     def on_retrying(self, event: Event) -> None:
         job = self.job_for(event)
         if job is None:
             return
         error = event.error or event.reason
+        self.close_attempt(job, job.status == Status.RUNNING, event, Outcome.RETRYING, error)
         job.last_error = error
         job.status, job.next_run_at = Status.DEFERRED, _time(event.due)
         job.waiting_since = _time(event.due) or _time(event.at)
-        self.close_attempt(event, Outcome.RETRYING, error)
 
     def on_failed(self, event: Event) -> None:
         # the dead event follows; failed until then, so a lost dead event still shows a failure
@@ -244,29 +279,30 @@ class Fold:
         if job is None:
             return
         error = event.error or event.reason
+        self.close_attempt(job, job.status == Status.RUNNING, event, Outcome.FAILED, error)
         job.last_error = error
         job.status, job.finished_at = Status.FAILED, _time(event.at)
         job.waiting_since, job.dead_reason = None, event.reason or job.dead_reason
-        self.close_attempt(event, Outcome.FAILED, error)
 
     def on_dead(self, event: Event) -> None:
         job = self.job_for(event)
         if job is None:
             return
         reason = event.reason
+        # rejected or poison: no failed event closed the attempt
+        self.close_attempt(job, job.status == Status.RUNNING, event, Outcome.DEAD, reason)
         job.status, job.finished_at, job.next_run_at = Status.DEAD, _time(event.at), None
         job.last_error = job.last_error or reason
         job.waiting_since, job.dead_reason = None, reason or job.dead_reason
-        self.close_attempt(event, Outcome.DEAD, reason)  # rejected or poison: no failed event
 
     def on_requeued(self, event: Event) -> None:
         job = self.job_for(event)
         if job is None or job.status in FINAL:
             return
+        self.close_attempt(job, job.status == Status.RUNNING, event, Outcome.REQUEUED,
+                           event.reason or "given back by the worker")
         job.status, job.next_run_at = Status.READY, None
         job.waiting_since = _time(event.at)
-        self.close_attempt(event, Outcome.REQUEUED,
-                           event.reason or "given back by the worker")
 
     def on_cancelled(self, event: Event) -> None:
         job = self.job_for(event)
@@ -286,9 +322,9 @@ class Fold:
         job = self.job_for(event)
         if job is None or job.status != Status.RUNNING or job.delivery_id != event.job_id:
             return
+        self.close_attempt(job, True, event, Outcome.FAILED, NO_OUTCOME)
         job.status, job.finished_at, job.last_error = Status.FAILED, _time(event.at), NO_OUTCOME
         job.waiting_since = None
-        self.close_attempt(event, Outcome.FAILED, NO_OUTCOME)
 
     # -- account events ------------------------------------------------------------------------
 

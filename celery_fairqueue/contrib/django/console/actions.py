@@ -15,17 +15,17 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.http import QueryDict
 
-from ...errors import FairqueueError, InvalidLimitError
-from ...install import cancel as store_cancel
-from ...install import clear_account_limit, set_account_limit
-from ...install import pause as store_pause
-from ...install import resume as store_resume
-from ...install import run_now as store_run_now
-from ...limits import AccountLimit as Limit
-from ...protocol import task_id_of
-from ...reports import limit_text
-from .conf import celery_app
-from .models import Account, Job
+from ....errors import FairqueueError, InvalidLimitError
+from ....install import cancel as store_cancel
+from ....install import clear_account_limit, set_account_limit
+from ....install import pause as store_pause
+from ....install import resume as store_resume
+from ....install import run_now as store_run_now
+from ....limits import AccountLimit as Limit
+from ....protocol import task_id_of
+from ....reports import limit_text
+from ..conf import celery_app
+from ..models import Account, Job
 from .views import User, require
 
 PAUSE_PERMISSION = "celery_fairqueue.pause_account"

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 from celery import Celery
 
-from ...errors import FairqueueError
-from ...store import (
+from ....errors import FairqueueError
+from ....limits import AccountLimit as Limit
+from ....store import (
     ConsoleReader,
     EventReader,
     LiveJob,
@@ -32,6 +33,18 @@ class AccountLive:
     jobs: list[LiveJob] = field(default_factory=list)
     server_time: float | None = None
     error: str | None = None  # why the store could not be read
+    own_limit: Limit | None = None  # its own limit, even with no job in the store
+    default_weight: int = 1  # the store's default limit's weight (1 while unread)
+
+    @property
+    def limit(self) -> Limit | None:
+        """The account's limit in force: its own (as a queue's state or the store holds it)."""
+        return next((s.limit for s in self.states if s.limit and not s.limit_is_default),
+                    None) or self.own_limit
+
+    @property
+    def weight(self) -> int:
+        return self.limit.weight if self.limit else self.default_weight
 
 
 @dataclass
@@ -48,12 +61,18 @@ class StoreLive:
 
 
 def account_live(app: Celery, account: str, jobs: int = 50) -> AccountLive:
-    """Per queue state of ``account`` with its reason, and its jobs in the store: read on
-    the account's shard alone."""
+    """Per queue state of ``account`` with its reason, its jobs and its limit in the store:
+    everything the account page reads of the store, read at once (on the account's shard,
+    and the store's default limit at its home)."""
     try:
-        reader = ConsoleReader(store_for(app))
-        return AccountLive(reader.account_state(account), reader.live_jobs(account, jobs),
+        store = store_for(app)
+        reader = ConsoleReader(store)
+        live = AccountLive(reader.account_state(account), reader.live_jobs(account, jobs),
                            reader.server_time())
+        default = store.default_limit()
+        live.own_limit = store.get_limit(account)
+        live.default_weight = default.weight if default else 1
+        return live
     except (FairqueueError, ValueError) as exc:  # ValueError: an id the store cannot hold
         return AccountLive(error=str(exc))
 

@@ -13,7 +13,7 @@ from django.db.models import Count, Max, Min, Q, Sum, TextField
 from django.db.models.functions import Cast, Substr, TruncMinute
 from django.utils import timezone
 
-from .models import AccountLimit, Attempt, Job
+from ..models import AccountLimit, Attempt, Job
 from .overview import age
 
 __all__ = ["account_queues", "age", "completion_share", "dead_last_hour", "now", "recent_jobs",

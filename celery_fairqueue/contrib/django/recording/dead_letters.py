@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 from django.utils import timezone
 
-from ...protocol import delivery_id, task_id_of
-from .models import Job
+from ....protocol import delivery_id, task_id_of
+from ..models import Job
 
 Status = Job.Status
 

@@ -12,10 +12,10 @@ from typing import Any, Protocol
 
 from django.core.exceptions import PermissionDenied
 
-from ...reports import BatchOutcome, purge_each, replay_each
-from ...store import DeadLetters
-from .conf import celery_app
-from .recording import record_purge, record_replay
+from ....reports import BatchOutcome, purge_each, replay_each
+from ....store import DeadLetters
+from ..conf import celery_app
+from ..recording.dead_letters import record_purge, record_replay
 
 REPLAY_PERMISSION = "celery_fairqueue.replay_job"
 PURGE_PERMISSION = "celery_fairqueue.purge_job"

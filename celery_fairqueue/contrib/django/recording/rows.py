@@ -8,16 +8,17 @@ tables and writes them back as tuples of column values (:func:`job_columns`,
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from operator import attrgetter
+from operator import attrgetter, itemgetter, le
 from typing import Any
 
 from django.db.models import CharField, TextField
 
-from .columns import ID_FIELDS, from_column, to_column, to_text_column
-from .models import Attempt, Job
+from ..columns import ID_FIELDS, from_column, to_column, to_text_column
+from ..models import Attempt, Job
 
 #: The Job columns the fold reads and changes, in :class:`JobRow`'s order, after ``job_key``.
 STATE_FIELDS = ["task_id", "delivery_id", "task", "queue", "account", "status", "attempts",
@@ -95,12 +96,25 @@ def _columns(model: type[Job] | type[Attempt], names: list[str]
              ) -> Callable[[Any], tuple]:
     get = attrgetter(*names)
     fitters = [(n, fit) for n, name in enumerate(names) if (fit := _fitter(model, name))]
+    positions = [n for n, _ in fitters]
+    texts = (itemgetter(*positions) if len(positions) > 1
+             else lambda values: (values[positions[0]],))
+    limits = [(Job if names[n] == "job_key" else model)._meta.get_field(names[n]).max_length
+              or sys.maxsize for n, _ in fitters]
 
     def columns(row: Any) -> tuple:
-        values = list(get(row))
+        values = get(row)
+        found = texts(values)
+        try:  # the usual row, ASCII and short, checked at once rather than a call a column
+            joined = "".join(found)
+        except TypeError:
+            joined = "\x00"
+        if joined.isascii() and "\x00" not in joined and all(map(le, map(len, found), limits)):
+            return values
+        fitted = list(values)
         for n, fit in fitters:
-            values[n] = fit(values[n])
-        return tuple(values)
+            fitted[n] = fit(fitted[n])
+        return tuple(fitted)
     return columns
 
 
