@@ -24,6 +24,20 @@ def inspect(compat, *workers):
                                       destination=[w.hostname for w in workers] or None)
 
 
+def answer(call, hostname: str, timeout: float = 30.0):
+    """``hostname``'s answer to a remote control call, asked again until it gives one (a
+    broadcast that no reply reached in time answers None: a loaded machine)."""
+    found = None
+
+    def answered() -> bool:
+        nonlocal found
+        found = (call() or {}).get(hostname)
+        return bool(found)
+
+    assert wait_until(answered, timeout=timeout)
+    return found
+
+
 def test_inspect_scheduled_lists_a_countdown_job_with_its_eta_and_request(
         compat, celery_worker_factory):
     worker = celery_worker_factory("tests.apps.compat")
@@ -77,11 +91,8 @@ def test_query_task_of_a_running_fair_job_answers_active_with_its_request(
     worker = celery_worker_factory("tests.apps.compat")
     running = compat.nap.delay(5)
     control = inspect(compat, worker)
-    assert wait_until(lambda: control.query_task(running.id)[worker.hostname], timeout=10)
-
-    reply = control.query_task(running.id)
-
-    [(state, request)] = reply[worker.hostname].values()
+    [(state, request)] = answer(lambda: control.query_task(running.id),
+                                worker.hostname).values()
     assert state == "active"
     assert request == {
         "id": running.id, "name": "tests.apps.compat.nap", "args": [5], "kwargs": {},
@@ -93,7 +104,7 @@ def test_query_task_of_a_running_fair_job_answers_active_with_its_request(
                           "redelivered": False},
     }
     assert request["time_start"] and request["worker_pid"]
-    assert control.active()[worker.hostname] == [request]
+    assert answer(control.active, worker.hostname) == [request]
 
 
 def test_a_fair_task_acked_early_is_reported_acknowledged_as_celery_reports_it(
@@ -101,8 +112,6 @@ def test_a_fair_task_acked_early_is_reported_acknowledged_as_celery_reports_it(
     worker = celery_worker_factory("tests.apps.compat")
     running = compat.nap_acked_early.delay(5)
     control = inspect(compat, worker)
-    assert wait_until(lambda: control.active()[worker.hostname], timeout=10)
-
-    [request] = control.active()[worker.hostname]
+    [request] = answer(control.active, worker.hostname)
 
     assert (request["id"], request["acknowledged"]) == (running.id, True)
