@@ -29,7 +29,7 @@ from ..store import GIVE_BACK_SECONDS, Lease, WorkerRegistration, display_url, o
 from ..store.writers.leases import lost_before_settled
 from ..store.writers.upgrade import require_current_layout
 from .channel import lease_message, read_envelope
-from .doorbell import Doorbell
+from .doorbell import Doorbell, drain
 from .outage import Outage
 
 logger = logging.getLogger(__name__)
@@ -165,11 +165,7 @@ class FairDispatcher:
         self.claim()
 
     def _take_acks(self) -> list[Lease]:
-        acks = []
-        with contextlib.suppress(IndexError):
-            while True:
-                acks.append(self._acks.popleft())
-        return acks
+        return drain(self._acks)
 
     def claim(self, force: bool = False) -> None:
         """One round trip a turn: settle the jobs finished since the last turn, lease jobs for

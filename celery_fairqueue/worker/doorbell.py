@@ -24,6 +24,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from ..errors import FairqueueError
 from ..store import DoorbellWait, FairStore
@@ -41,6 +42,19 @@ BUSY_SECONDS = 0.025
 CALL_SECONDS = 0.01
 #: How long a waiting thread whose store failed waits before it tries again.
 RETRY_SECONDS = 1.0
+
+
+T = TypeVar("T")
+
+
+def drain(items: deque[T]) -> list[T]:
+    """Everything in ``items``, taken out: other threads append meanwhile, so one popleft at a
+    time (each atomic), not a copy and a clear."""
+    taken: list[T] = []
+    with contextlib.suppress(IndexError):
+        while True:
+            taken.append(items.popleft())
+    return taken
 
 
 class Doorbell:
@@ -153,11 +167,7 @@ class Doorbell:
 
     def take_rings(self) -> list[str]:
         """The doorbells that rang for this worker since the last claim."""
-        rings = []
-        with contextlib.suppress(IndexError):
-            while True:
-                rings.append(self._rings.popleft())
-        return rings
+        return drain(self._rings)
 
     def give_back(self, rings: Sequence[str]) -> None:
         """Ring again the doorbells whose rings this worker took but cannot use."""
