@@ -7,9 +7,9 @@ in claim.lua: an account of weight 4 gets four turns to one of weight 1). Lua ha
 zones, so the window is turned here, with zoneinfo, into the next days' open/close instants in
 epoch seconds; DST is handled by zoneinfo, and workers refresh the schedule before it runs out.
 
-Where it is decided: the token bucket, the concurrency cap and the window are checked in
-``store/scripts/claim.lua`` (``check_limits``) at each claim; a limit change applies at once
-through ``store/scripts/apply_limit.lua``.
+Where it is decided: the token bucket (refill, check, take) and the window in
+``store/scripts/lib/limits.lua``, which ``store/scripts/claim.lua`` asks at each claim beside
+the concurrency cap; a limit change applies at once through ``store/scripts/apply_limit.lua``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,17 @@
 -- claim: settle the jobs the worker finished, then lease up to N jobs, one account at a time in
 -- rotation, skipping accounts over a limit. One call per turn of the worker: its acks ride along.
+-- What it decides, one line a decision (and where the rule lives):
+--   which acks settled and which leases were lost (ack_job, lib/leases.lua);
+--   which delayed jobs and deferred accounts are due now (promote, here);
+--   whose turn it is: the lowest virtual tag of the rotation, start-time fair queueing
+--     (join_rotation, next_tag, take_head in lib/rotation.lua);
+--   whether a job past Celery's expires is dropped (claim_from, here);
+--   whether an operator's pause holds the account (operator_paused, lib/rotation.lua);
+--   whether the account's limit lets it run: window, concurrency cap, token (window_wake and
+--     take_token in lib/limits.lua); what a "no" does: deferred until when, or held at its cap,
+--     and why (defer, hold_at_cap, record_deferral, here);
+--   whether a job is poison (delivered too often) and dead-lettered (dead_letter, lib/leases.lua);
+--   when the worker should ask again, and whether to ring the doorbell for another worker.
 -- The rotation is start-time fair queueing (join_rotation in lib/rotation.lua): the account with the
 -- lowest virtual tag goes next, and its tag moves on by VIRTUAL_TURN / weight, so backlogged
 -- accounts get turns in proportion to their weights (all weights 1: plain round robin, ties
@@ -110,36 +122,6 @@ local function promote(qk)
   end
 end
 
--- nil while the window is open, else when it opens next.
-local function window_wake(windows)
-  if windows == '-' then return nil end
-  for open, close in string.gmatch(windows, '([%d%.]+),([%d%.]+)') do
-    if now < tonumber(open) then return tonumber(open) end
-    if now < tonumber(close) then return nil end
-  end
-  return now + 60  -- every window is past: closed until a worker refreshes the schedule
-end
-
--- nil when a token was taken, else when the next token will be there; and, when the token
--- taken was the last one, when the next will be there.
-local function take_token(account, rate, burst)
-  if rate <= 0 then return nil, nil end
-  local tokens, updated = read_bucket(account)
-  tokens, updated = tokens or burst, updated or now
-  tokens = math.min(burst, tokens + math.max(0, now - updated) * rate)
-  local wake, next_token = nil, nil
-  if tokens < 1 then
-    wake = now + (1 - tokens) / rate
-  else
-    tokens = tokens - 1
-    if tokens < 1 then
-      next_token = now + (1 - tokens) / rate
-    end
-  end
-  write_bucket(account, tokens, now)
-  return wake, next_token
-end
-
 -- The claim skips the account: the one place that decides why (DeferReason: rate_limited,
 -- window_closed, concurrency_cap) and until when ('-': until a job of it ends), and records it
 -- (records.Deferral) for the console and the CLI; cleared when the account rotates in again.
@@ -169,31 +151,6 @@ local function hold_at_cap(qk, account)
   redis.call('HSET', qk.state, account, 'c')
   record_deferral(qk, account, 'concurrency_cap', nil)
   redis.call('HINCRBY', K_STATS, 'capped', 1)
-end
-
--- The virtual tag an account served at ``tag`` moves on to: one turn over its weight.
-local function next_tag(tag, weight)
-  return tag + math.floor(VIRTUAL_TURN / weight + 0.5)
-end
-
--- The account's head job leaves ready; the account goes on in the rotation at ``tag`` if it has
--- ``more``, else leaves it and remembers ``tag`` (finish: join_rotation). ``held``: this job took
--- the account to its limit (its last token, its last slot under the cap): it leaves the
--- rotation now, remembering ``tag`` too, and the caller defers it; left in, it would come up
--- at its next turn only to be skipped, a wasted step of every claim per job of it.
-local function take_head(qk, account, head, more, tag, held, weight)
-  redis.call('ZREM', qk.ready, head)
-  if more then
-    if held then
-      redis.call('ZADD', qk.finish, tag, account)
-    else
-      redis.call('ZADD', qk.tags, tag, rotation_member(account, weight))
-      qk.weight_change = qk.weight_change + weight
-    end
-  else
-    redis.call('HDEL', qk.state, account)
-    redis.call('ZADD', qk.finish, tag, account)
-  end
 end
 
 -- Try the account at the head of the rotation (its virtual tag ``tag`` and the weight it joined
@@ -228,7 +185,7 @@ local function claim_from(qk, account, tag, joined_weight)
   end
   local rate, burst, cap, windows, weight =
     split_limit(own_limits and redis.call('HGET', K_LIMITS, account) or default_limit)
-  local wake = window_wake(windows)
+  local wake = window_wake(windows, now)
   if wake then
     defer(qk, account, 'window_closed', wake)
     return nil
@@ -239,7 +196,7 @@ local function claim_from(qk, account, tag, joined_weight)
     return nil
   end
   local next_token
-  wake, next_token = take_token(account, rate, burst)
+  wake, next_token = take_token(account, rate, burst, now)
   if wake then
     defer(qk, account, 'rate_limited', wake)
     return nil
