@@ -21,6 +21,7 @@ from .errors import (
 from .install import (
     cancel,
     clear_account_limit,
+    clear_default_limit,
     get_account_limit,
     get_default_limit,
     install,
@@ -64,6 +65,7 @@ __all__ = [
     "StoreUnavailableError",
     "cancel",
     "clear_account_limit",
+    "clear_default_limit",
     "get_account_limit",
     "get_default_limit",
     "install",

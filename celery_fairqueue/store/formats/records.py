@@ -8,7 +8,7 @@ keys are percent-encoded (keys.encode_id) before they reach a stored string, so 
 
 - job record (``Keys.records``), a header line and the message: ``split_record``/``make_record``
 - ready member (``QueueKeys.ready``), ``"account|seq|job_id"``: ``split_member``/``ready_member``
-- token bucket (``Keys.buckets``), ``"tokens updated_at"``: ``read_bucket``/``write_bucket``
+- token bucket (``Keys.buckets``), ``"tokens updated_at"``: ``bucket_level``/``take_token``
 - idempotency marker (``Keys.job_key``), JSON: ``make_marker`` (the one maker)
 - dead letter (``Keys.dead``), JSON: ``store_dead`` (the one writer)
 - deferral (``QueueKeys.deferral``), ``"reason until"``: ``defer`` in claim.lua (the one writer)

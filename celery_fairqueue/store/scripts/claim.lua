@@ -7,8 +7,10 @@
 --     (join_rotation, next_tag, take_head in lib/rotation.lua);
 --   whether a job past Celery's expires is dropped (claim_from, here);
 --   whether an operator's pause holds the account (operator_paused, lib/rotation.lua);
---   whether the account's limit lets it run: window, concurrency cap, token (window_wake and
---     take_token in lib/limits.lua); what a "no" does: deferred until when, or held at its cap,
+--   which limits bind the account in the queue: its own or the store's default, with its own
+--     in the queue or the queue's default (binding_limits in lib/limits.lua);
+--   whether they let it run: window, concurrency cap, a token from each bucket (window_wake
+--     and take_token in lib/limits.lua); what a "no" does: deferred until when, or held at its cap,
 --     and why (defer, hold_at_cap, record_deferral, here);
 --   whether a job is poison (delivered too often) and dead-lettered (dead_letter, lib/leases.lua);
 --   when the worker should ask again, and whether to ring the doorbell for another worker.
@@ -183,20 +185,18 @@ local function claim_from(qk, account, tag, joined_weight)
     redis.call('HDEL', qk.deferrals, account)
     return nil
   end
-  local rate, burst, cap, windows, weight =
-    split_limit(own_limits and redis.call('HGET', K_LIMITS, account) or default_limit)
-  local wake = window_wake(windows, now)
-  if wake then
-    defer(qk, account, 'window_closed', wake)
+  local limit = binding_limits(qk, account, default_limit, own_limits, now)
+  if limit.wake then
+    defer(qk, account, 'window_closed', limit.wake)
     return nil
   end
+  local cap = limit.cap
   local running = cap > 0 and hget_number(qk.running, account) or 0
   if cap > 0 and running >= cap then
     hold_at_cap(qk, account)
     return nil
   end
-  local next_token
-  wake, next_token = take_token(account, rate, burst, now)
+  local wake, next_token = take_token(limit.buckets, now)
   if wake then
     defer(qk, account, 'rate_limited', wake)
     return nil
@@ -204,7 +204,7 @@ local function claim_from(qk, account, tag, joined_weight)
 
   local capped = cap > 0 and running + 1 >= cap
   local held = more and (next_token or capped)
-  take_head(qk, account, head, more, next_tag(tag, weight), held, weight)
+  take_head(qk, account, head, more, next_tag(tag, limit.weight), held, limit.weight)
   local poison = nil
   if not job then
     poison = 'the stored message is missing'

@@ -1,7 +1,9 @@
 -- Limits and buckets: where a limit is decided. A packed limit (limits.AccountLimit.pack), an
--- account's token bucket (formats/records.py's Bucket), and the two checks the claim asks of
--- them: is the window open (window_wake), is there a token (take_token: the refill, the check
--- and the take). claim.lua asks them in turn and decides what a "no" does (defer, hold).
+-- account's token buckets (formats/records.py's Bucket), which limits bind an account in a
+-- queue (binding_limits: its own across queues or the store's default, with its own in the
+-- queue or the queue's default), and the checks the claim asks of them: is the window open
+-- (window_wake), is there a token (take_token: the refill, the check and the take).
+-- claim.lua asks them in turn and decides what a "no" does (defer, hold).
 -- include: keys
 
 -- A packed limit is "rate burst concurrency windows weight" (limits.AccountLimit.pack): rate in
@@ -13,18 +15,10 @@ local function split_limit(packed)
   return tonumber(rate), tonumber(burst), tonumber(cap), windows, tonumber(weight) or 1
 end
 
--- An account's token bucket is "tokens updated_at" (records.Bucket); nil, nil when it has none.
-local function read_bucket(account)
-  local bucket = redis.call('HGET', K_BUCKETS, account)
-  if not bucket then
-    return nil, nil
-  end
-  local tokens, updated = string.match(bucket, '^(%S+) (%S+)$')
-  return tonumber(tokens), tonumber(updated)
-end
-
-local function write_bucket(account, tokens, updated)
-  redis.call('HSET', K_BUCKETS, account, string.format('%.17g %.17g', tokens, updated))
+-- The field of an account's limit and bucket in one queue, or (account '*') of the queue's
+-- default limit (keys.in_queue_field): encoded names, so ':' and '*' only separate.
+local function in_queue_field(queue, account)
+  return 'q:' .. queue .. ':' .. account
 end
 
 -- The window's answer at ``now``: nil while it is open, else when it opens next.
@@ -37,23 +31,80 @@ local function window_wake(windows, now)
   return now + 60  -- every window is past: closed until a worker refreshes the schedule
 end
 
--- The bucket's refill, check and take at ``now`` (``rate`` tokens a second up to ``burst``; a
--- bucket never seen is full): nil when a token was taken, else when the next token will be
--- there; and, when the token taken was the last one, when the next will be there.
-local function take_token(account, rate, burst, now)
-  if rate <= 0 then return nil, nil end
-  local tokens, updated = read_bucket(account)
-  tokens, updated = tokens or burst, updated or now
-  tokens = math.min(burst, tokens + math.max(0, now - updated) * rate)
-  local wake, next_token = nil, nil
-  if tokens < 1 then
-    wake = now + (1 - tokens) / rate
-  else
-    tokens = tokens - 1
-    if tokens < 1 then
-      next_token = now + (1 - tokens) / rate
+-- The limits that bind ``account`` in queue ``qk`` at ``now``, as one: its own across its
+-- queues (else ``fallback``, the store's default) and, when ``asked`` (the store holds limits
+-- of its own: else no field is read), its own in this queue (else the queue's default). One
+-- HMGET reads all three. Returns {weight (the store-wide limit's), cap (the smaller, 0: none),
+-- wake (the later window's opening, nil: open), buckets (field, rate, burst) to take a
+-- token from}.
+local function binding_limits(qk, account, fallback, asked, now)
+  local packed, here = fallback, nil
+  if asked then
+    local own, own_here, default_here = unpack(redis.call('HMGET', K_LIMITS, account,
+      in_queue_field(qk.name, account), in_queue_field(qk.name, '*')))
+    packed, here = own or fallback, own_here or default_here
+  end
+  local rate, burst, cap, windows, weight = split_limit(packed)
+  local limit = {weight = weight, cap = cap, wake = window_wake(windows, now), buckets = {}}
+  if rate > 0 then
+    limit.buckets[1] = {account, rate, burst}
+  end
+  if here then
+    local q_rate, q_burst, q_cap, q_windows = split_limit(here)
+    if q_cap > 0 and (cap == 0 or q_cap < cap) then
+      limit.cap = q_cap
+    end
+    local q_wake = window_wake(q_windows, now)
+    if q_wake and (limit.wake == nil or q_wake > limit.wake) then
+      limit.wake = q_wake
+    end
+    if q_rate > 0 then
+      limit.buckets[#limit.buckets + 1] = {in_queue_field(qk.name, account), q_rate, q_burst}
     end
   end
-  write_bucket(account, tokens, now)
+  return limit
+end
+
+-- A token bucket is "tokens updated_at" (records.Bucket): its level at ``now``, refilled at
+-- ``rate`` a second up to ``burst``; a bucket never written is full.
+local function bucket_level(stored, rate, burst, now)
+  if not stored then
+    return burst
+  end
+  local tokens, updated = string.match(stored, '^(%S+) (%S+)$')
+  return math.min(burst, tonumber(tokens) + math.max(0, now - tonumber(updated)) * rate)
+end
+
+-- The buckets' refill, check and take at ``now`` (``buckets`` as binding_limits returns them):
+-- a token is taken from every one of them or from none. Returns nil when taken, else when
+-- every bucket will have a token again; and, when a token taken was a bucket's last, when
+-- every bucket will have one again. One HMGET and one HSET, however many buckets.
+local function take_token(buckets, now)
+  if #buckets == 0 then return nil, nil end
+  local fields, levels = {}, {}
+  for n, bucket in ipairs(buckets) do
+    fields[n] = bucket[1]
+  end
+  local stored = redis.call('HMGET', K_BUCKETS, unpack(fields))
+  local wake, next_token = nil, nil
+  for n, bucket in ipairs(buckets) do
+    levels[n] = bucket_level(stored[n], bucket[2], bucket[3], now)
+    if levels[n] < 1 then
+      wake = math.max(wake or now, now + (1 - levels[n]) / bucket[2])
+    end
+  end
+  local writes = {}
+  for n, bucket in ipairs(buckets) do
+    local tokens = levels[n]
+    if not wake then
+      tokens = tokens - 1
+      if tokens < 1 then
+        next_token = math.max(next_token or now, now + (1 - tokens) / bucket[2])
+      end
+    end
+    writes[#writes + 1] = bucket[1]
+    writes[#writes + 1] = string.format('%.17g %.17g', tokens, now)
+  end
+  redis.call('HSET', K_BUCKETS, unpack(writes))
   return wake, next_token
 end
