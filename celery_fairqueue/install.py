@@ -77,6 +77,28 @@ def set_default_limit(app: Celery, *, rate: str | None = None, burst: float | No
     return limit
 
 
+def set_queue_limit(app: Celery, queue: str, *, rate: str | None = None,
+                    burst: float | None = None, concurrency: int | None = None) -> AccountLimit:
+    """A limit the accounts of ``queue`` share (a provider's quota for the whole product),
+    checked by the claim with each account's own: past it, the queue's jobs wait (deferred,
+    no retry burned, no slot held) and its waiting accounts share it by their weights. Running
+    workers apply it from their next claim."""
+    limit = _limit(f"queue {str(queue)[:200]!r}", queue, rate=rate, burst=burst,
+                   concurrency=concurrency, weight=1)
+    store_for(app).set_queue_limit(queue, limit)
+    return limit
+
+
+def get_queue_limit(app: Celery, queue: str) -> AccountLimit | None:
+    """``queue``'s shared limit, or None."""
+    return store_for(app).queue_limit(queue)
+
+
+def clear_queue_limit(app: Celery, queue: str) -> None:
+    """Drop ``queue``'s shared limit; its accounts keep their own."""
+    store_for(app).set_queue_limit(queue, None)
+
+
 def _in_queue(queue: str | None) -> str:
     return "" if queue is None else f" in queue {str(queue)[:200]!r}"
 

@@ -21,7 +21,7 @@ from ...protocol import MAX_ID_LENGTH, NO_JOB_KEY, decode_id, encode_id
 from .tags import shard_tag
 
 __all__ = ["MAX_ID_LENGTH", "Keys", "QueueKeys", "decode_id", "encode_id", "encode_job_key",
-           "in_queue_field", "parse_in_queue_field"]
+           "in_queue_field", "is_account_field", "parse_in_queue_field", "queue_limit_field"]
 
 
 def encode_job_key(job_key: str | None) -> str:
@@ -34,6 +34,18 @@ def in_queue_field(queue: str, account: str | None) -> str:
     limit for accounts (``account`` None); lib/limits.lua's ``in_queue_field`` builds the same
     from the encoded names."""
     return f"{IN_QUEUE_PREFIX}{encode_id(queue)}:{'*' if account is None else encode_id(account)}"
+
+
+def queue_limit_field(queue: str) -> str:
+    """The field of ``queue``'s shared limit (and of its bucket); claim.lua reads it with the
+    store's default limit, in one HMGET."""
+    return f"{QUEUE_LIMIT_PREFIX}{encode_id(queue)}"
+
+
+def is_account_field(field: str) -> bool:
+    """Whether a field of the limits' hashes is an account's own limit across its queues (an
+    encoded account), not the store's default, an in-queue limit or a queue's shared one."""
+    return field != DEFAULT_LIMIT_FIELD and ":" not in field
 
 
 def parse_in_queue_field(field: str) -> tuple[str, str | None] | None:
@@ -57,6 +69,9 @@ DEFAULT_LIMIT_FIELD = "*"
 #: an account's limit in one queue, or the queue's default: ``q:<queue>:<account>`` and
 #: ``q:<queue>:*``, both encoded, so ``:`` and ``*`` occur in them only as separators.
 IN_QUEUE_PREFIX = "q:"
+#: The prefix of the field of a queue's shared limit (all its accounts together) and of its
+#: bucket: ``Q:<queue>`` (queue_limit_field).
+QUEUE_LIMIT_PREFIX = "Q:"
 QUEUE_KEY_NAMES = ("state", "ready", "deferred", "delayed", "running", "ndelayed", "deferrals",
                    "tags", "finish", "weight")
 #: The keys of the layout before records: a store holding jobs in them must be
@@ -161,7 +176,7 @@ class Keys:
         """Hash account -> packed limit (see limits.AccountLimit.pack); field "*" is the
         store's default limit (DEFAULT_LIMIT_FIELD), which the claim reads; ``q:<queue>:<account>``
         an account's limit in one queue, ``q:<queue>:*`` the queue's default for accounts
-        (in_queue_field)."""
+        (in_queue_field); ``Q:<queue>`` the queue's shared limit (queue_limit_field)."""
         return self._key("limits")
 
     @cached_property
@@ -179,7 +194,8 @@ class Keys:
     @cached_property
     def buckets(self) -> str:
         """Hash account -> "tokens updated_at" of its token bucket; ``q:<queue>:<account>``
-        its bucket in one queue (in_queue_field)."""
+        its bucket in one queue (in_queue_field); ``Q:<queue>`` the bucket a queue's accounts
+        share (queue_limit_field)."""
         return self._key("buckets")
 
     @cached_property

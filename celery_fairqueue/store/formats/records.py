@@ -36,9 +36,11 @@ class JobRecord:
     capped"``, ``-`` for none: its queue and account, its place in its account's FIFO (``seq``:
     the priority digit, then the microsecond it became ready), its business key as stored
     (encoded, or ``-``), Celery's ``expires`` (epoch seconds), how many times it was handed to
-    a worker, and while leased, the worker's token, since when, and ``c`` when its account had a
-    concurrency cap then. Dead letters keep the header line as their ``meta``; a letter from
-    the layout before records holds ``"queue account seq job_key[ expires]"`` (read too)."""
+    a worker, and while leased, the worker's token, since when, and what it is counted in
+    (lib/leases.lua ``counted_for_account``): ``c`` its account's cap, ``q`` its queue's
+    shared concurrency, ``b`` both (``capped``: counted for its account's cap). Dead letters
+    keep the header line as their ``meta``; a letter from the layout before records holds
+    ``"queue account seq job_key[ expires]"`` (read too)."""
 
     queue: str  # decoded
     account: str  # decoded
@@ -74,7 +76,7 @@ class JobRecord:
         return cls(decode_id(queue), decode_id(account), seq, stored_key,
                    None if expires == "-" else float(expires), int(deliveries),
                    None if owner == "-" else owner, None if started == "-" else float(started),
-                   capped == "c", envelope)
+                   capped in ("c", "b"), envelope)
 
     def build(self) -> str:
         """The record (the scripts build it in ``make_record``; this is for tests and tools

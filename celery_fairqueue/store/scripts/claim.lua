@@ -10,7 +10,10 @@
 --   which limits bind the account in the queue: its own or the store's default, with its own
 --     in the queue or the queue's default (binding_limits in lib/limits.lua);
 --   whether they let it run: window, concurrency cap, a token from each bucket (window_wake
---     and take_token in lib/limits.lua); what a "no" does: deferred until when, or held at its cap,
+--     and take_token in lib/limits.lua);
+--   whether the queue's shared limit lets it run (queue_quota, quota_full and the shared
+--     bucket in take_token, lib/limits.lua); a "no" stops the queue for this claim, the
+--     account keeping its turn (wait_for_quota, here); what a "no" does: deferred until when, or held at its cap,
 --     and why (defer, hold_at_cap, record_deferral, here);
 --   whether a job is poison (delivered too often) and dead-lettered (dead_letter, lib/leases.lua);
 --   when the worker should ask again, and whether to ring the doorbell for another worker.
@@ -48,12 +51,6 @@ local want, lease, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local batch, max_skips, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local nq, retention = tonumber(ARGV[9]), tonumber(ARGV[10])
 local now = now_seconds()
--- the store's one default limit (set_default_limit.lua), not this worker's own setting, and
--- whether any account has a limit of its own (the default is field "*"): else none is asked;
--- neither for a claim that only settles acks (no queue)
-local stored_default = nq > 0 and redis.call('HGET', K_LIMITS, '*')
-local default_limit = stored_default or ARGV[4]
-local own_limits = nq > 0 and redis.call('HLEN', K_LIMITS) > (stored_default and 1 or 0)
 local keeps_time = ARGV[11] == '1'
 claiming = true  -- see join_rotation: this claim rings at its end, if it leaves work
 
@@ -63,6 +60,29 @@ local function queue_at(i)
   queues[i] = queues[i] or queue_keys(i)
   return queues[i]
 end
+
+-- the store's one default limit (set_default_limit.lua), not this worker's own setting, and
+-- the shared limit of each queue claimed from (queue_limit.lua), in one HMGET; and whether any
+-- account has a limit of its own (the fields beyond those): else none is asked; neither for
+-- a claim that only settles acks (no queue)
+local stored_default, shared_limits = false, 0
+if nq > 0 then
+  local fields = {'*'}
+  for n = 1, nq do
+    fields[n + 1] = queue_limit_field(queue_at(n).name)
+  end
+  local held = redis.call('HMGET', K_LIMITS, unpack(fields))
+  stored_default = held[1]
+  for n = 1, nq do
+    if held[n + 1] then
+      queues[n].quota = queue_quota(queues[n], held[n + 1])
+      shared_limits = shared_limits + 1
+    end
+  end
+end
+local default_limit = stored_default or ARGV[4]
+local own_limits = nq > 0 and
+  redis.call('HLEN', K_LIMITS) > (stored_default and 1 or 0) + shared_limits
 
 local lost, acked = {}, 0
 for n = 0, tonumber(ARGV[12]) - 1 do
@@ -155,6 +175,19 @@ local function hold_at_cap(qk, account)
   redis.call('HINCRBY', K_STATS, 'capped', 1)
 end
 
+-- The queue is at its shared limit (set_queue_limit): nothing more of it in this claim, and no
+-- ring for another worker. At its rate, the claim returns when its next token is there (or
+-- calls the time keeper, as a deferral does); at its concurrency, a job's end brings the
+-- worker that ran it back. The waiting accounts keep their tags: the fair order decides who
+-- gets the next token.
+local function wait_for_quota(qk, due)
+  if due and not keeps_time and due < math.min(qk.next_deferred or math.huge,
+                                               qk.next_delayed or math.huge) then
+    call_keeper(qk)
+  end
+  qk.next_deferred = due and math.min(qk.next_deferred or due, due) or qk.next_deferred
+end
+
 -- Try the account at the head of the rotation (its virtual tag ``tag`` and the weight it joined
 -- with, just popped): returns
 -- job_id, envelope, deliveries, business key, marker or nil; or job_id, envelope, 'expired' for
@@ -196,8 +229,10 @@ local function claim_from(qk, account, tag, joined_weight)
     hold_at_cap(qk, account)
     return nil
   end
-  local wake, next_token = take_token(limit.buckets, now)
-  if wake then
+  local wake, next_token, shared_short = take_token(limit.buckets, now)
+  if shared_short then
+    return nil, wake, 'quota'  -- the queue waits for its next token, the account keeps its turn
+  elseif wake then
     defer(qk, account, 'rate_limited', wake)
     return nil
   end
@@ -227,11 +262,17 @@ local function claim_from(qk, account, tag, joined_weight)
   elseif held then
     hold_at_cap(qk, account)
   end
+  local counted = cap > 0 and 'c' or '-'  -- what its release counts down (release_running)
   if cap > 0 then
-    redis.call('HINCRBY', qk.running, account, 1)  -- for its cap (see release_running)
+    redis.call('HINCRBY', qk.running, account, 1)  -- for its cap
+  end
+  if qk.quota and qk.quota.cap > 0 then
+    redis.call('HINCRBY', qk.running, '*', 1)  -- for the queue's shared concurrency
+    qk.quota.running = qk.quota.running + 1
+    counted = cap > 0 and 'b' or 'q'
   end
   redis.call('ZADD', K_LEASES, now + lease, job_id)
-  job.owner, job.started, job.capped = token, now_text(), cap > 0 and 'c' or '-'
+  job.owner, job.started, job.capped = token, now_text(), counted
   write_job(job_id, job)
   emit('e', 'running', 'job', job_id, 'at', now_text(), 'worker', token)
   local marker = job.job_key ~= '-' and mark_started(job.job_key, job_id, job.account) or ''
@@ -252,7 +293,11 @@ end
 local i = tonumber(ARGV[8]) - 1
 while claimed < want and live > 0 and skips <= max_skips do
   i = i % nq + 1
-  if not empty[i] then
+  if not empty[i] and quota_full(queues[i]) then
+    wait_for_quota(queues[i], nil)
+    empty[i] = true
+    live = live - 1
+  elseif not empty[i] then
     local qk = queues[i]
     local popped = redis.call('ZPOPMIN', qk.tags)
     local account, joined_weight
@@ -272,7 +317,13 @@ while claimed < want and live > 0 and skips <= max_skips do
       qk.weight_change = qk.weight_change - joined_weight
       local job_id, envelope, deliveries, job_key, marker = claim_from(qk, account, tag,
                                                                        joined_weight)
-      if deliveries == 'expired' then
+      if deliveries == 'quota' then
+        redis.call('ZADD', qk.tags, tag, popped[1])  -- back, at the tag it had
+        qk.weight_change = qk.weight_change + joined_weight
+        wait_for_quota(qk, envelope)
+        empty[i] = true
+        live = live - 1
+      elseif deliveries == 'expired' then
         skips = skips + 1  -- bounded like a skip; the worker records it, nothing runs
         for _, v in ipairs({-i, job_id, envelope, 0, account, '-', ''}) do out[#out + 1] = v end
       elseif job_id then

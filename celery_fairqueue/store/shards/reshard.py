@@ -36,6 +36,7 @@ from ..formats.keys import (
     Keys,
     decode_id,
     encode_id,
+    is_account_field,
     parse_in_queue_field,
 )
 from ..formats.records import JobRecord
@@ -104,6 +105,11 @@ class Resharder:
                                f"shrink it, drain it into a new store of {self.to})")
         shards = [FairStore(self.client, Keys(self.keys.prefix, n), self.settings)
                   for n in range(self.to)]
+        if moving is None and (quotas := [queue for queue, _ in shards[0].queue_limits()]):
+            raise ReshardError(
+                f"queue(s) {', '.join(map(repr, sorted(quotas)))} have a shared limit, which "
+                f"a sharded store cannot keep exact yet: clear it first "
+                f"(celery_fairqueue.clear_queue_limit(app, queue))")
         mover = AccountMover(shards)
         self._announce(old, mover)
         self._copy_store_wide(shards, old)
@@ -220,11 +226,10 @@ class Resharder:
         for key in (keys.limits, keys.limit_config, keys.buckets, keys.moved):
             for name, _ in self.client.hscan_iter(key, count=SCAN_COUNT):
                 scope = parse_in_queue_field(name)
-                if scope is None:
+                if is_account_field(name):
                     found.add(name)
-                elif scope[1] is not None:  # an account's limit in one queue
+                elif scope is not None and scope[1] is not None:  # its limit in one queue
                     found.add(encode_id(scope[1]))
-        found.discard(DEFAULT_LIMIT_FIELD)
         for name, _ in self.client.hscan_iter(keys.pauses, count=SCAN_COUNT):
             if name.startswith("a:"):
                 found.add(name.split(":")[1])

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from ...errors import FairqueueError, StoreUnavailableError
+from ...errors import ConfigurationError, FairqueueError, StoreUnavailableError
 from ...limits import AccountLimit
 from ...protocol import delivery_id
 from ...settings import FairqueueSettings
@@ -336,6 +336,14 @@ class ShardedStore(FairStore):
         """On every shard: each shard's claim reads its own copy."""
         for shard in self.shards:
             FairStore.set_queue_default_limit(shard, queue, limit)
+
+    def set_queue_limit(self, queue: str, limit: AccountLimit | None) -> None:
+        """At the home; a sharded store refuses one (its shards' claims cannot see it yet)."""
+        if limit is not None and (len(self.shards) > 1 or self.sharded):
+            raise ConfigurationError(
+                f"queue {queue!r}: a queue's shared limit needs a store of one shard "
+                f"(fairqueue_shards = 1); this store has {len(self.shards)}")
+        FairStore.set_queue_limit(self, queue, limit)
 
     def limits(self) -> Iterator[tuple[str, AccountLimit]]:
         for shard in self.shards:

@@ -22,10 +22,13 @@ from ..connection.door import StoreDoor
 from ..formats.keys import (
     DEFAULT_LIMIT_FIELD,
     IN_QUEUE_PREFIX,
+    QUEUE_LIMIT_PREFIX,
     decode_id,
     encode_id,
     in_queue_field,
+    is_account_field,
     parse_in_queue_field,
+    queue_limit_field,
 )
 from ..formats.records import JobRecord, member_job_id
 from .jobs import AccountMoved
@@ -130,8 +133,7 @@ class Operator(StoreDoor):
         default the store holds now."""
         queues = self.known_queues()
         raw = self._run("set_default_limit", [self.keys.queue(q) for q in queues], [
-            limit.to_json(), limit.pack(self.server_time()), "1" if only_if_unset else "0",
-            DEFAULT_LIMIT_FIELD, ""])
+            limit.to_json(), limit.pack(self.server_time()), "1" if only_if_unset else "0"])
         return AccountLimit.from_json(raw)
 
     def set_limit(self, account: str, limit: AccountLimit, queue: str | None = None) -> None:
@@ -157,15 +159,34 @@ class Operator(StoreDoor):
     def set_queue_default_limit(self, queue: str, limit: AccountLimit | None) -> None:
         """The default limit of ``queue``'s accounts that have no limit of their own in it
         (None: drop it); the claim applies it from its next call."""
-        self._run("set_default_limit", [self.keys.queue(q) for q in self.known_queues()], [
-            limit.to_json() if limit else "", limit.pack(self.server_time()) if limit else "",
-            "0", in_queue_field(queue, None), encode_id(queue)])
+        self._queue_limit(queue, in_queue_field(queue, None), limit)
+
+    def set_queue_limit(self, queue: str, limit: AccountLimit | None) -> None:
+        """``queue``'s shared limit, all its accounts together (None: drop it); the claim
+        applies it from its next call."""
+        self._queue_limit(queue, queue_limit_field(queue), limit)
+
+    def _queue_limit(self, queue: str, field: str, limit: AccountLimit | None) -> None:
+        self._run("queue_limit", [self.keys.queue(q) for q in self.known_queues()], [
+            field, limit.pack(self.server_time()) if limit else "",
+            limit.to_json() if limit else "", encode_id(queue)])
+
+    def queue_limits(self) -> Iterator[tuple[str, AccountLimit]]:
+        """``(queue, its shared limit)`` of every queue that has one."""
+        for field, raw in self.client.hscan_iter(self.keys.limit_config,
+                                                 match=QUEUE_LIMIT_PREFIX + "*", count=500):
+            yield decode_id(_text(field)[len(QUEUE_LIMIT_PREFIX):]), AccountLimit.from_json(raw)
+
+    def queue_limit(self, queue: str) -> AccountLimit | None:
+        """``queue``'s shared limit, or None."""
+        raw = self.client.hget(self.keys.limit_config, queue_limit_field(queue))
+        return AccountLimit.from_json(raw) if raw else None
 
     def limits(self) -> Iterator[tuple[str, AccountLimit]]:
         """Every account's own limit across its queues, as set (``set_account_limit`` or the
         admin)."""
         for encoded, raw in self.client.hscan_iter(self.keys.limit_config, count=500):
-            if not _text(encoded).startswith(IN_QUEUE_PREFIX):
+            if is_account_field(_text(encoded)):
                 yield decode_id(encoded), AccountLimit.from_json(raw)
 
     def limits_in_queues(self) -> Iterator[tuple[str, str | None, AccountLimit]]:

@@ -21,6 +21,30 @@ local function in_queue_field(queue, account)
   return 'q:' .. queue .. ':' .. account
 end
 
+-- The field of a queue's shared limit and of the bucket its accounts share
+-- (keys.queue_limit_field).
+local function queue_limit_field(queue)
+  return 'Q:' .. queue
+end
+
+-- A queue's shared limit (set_queue_limit), packed as an account's is: its rate, burst and
+-- concurrency (0: none) and its bucket's field; ``running``, the queue's jobs running now
+-- (qk.running['*']), is read when first asked (quota_full), after the claim's acks settled.
+local function queue_quota(qk, packed)
+  local rate, burst, cap = split_limit(packed)
+  return {rate = rate, burst = burst, cap = cap, field = queue_limit_field(qk.name)}
+end
+
+-- Whether the queue runs as many jobs as its shared concurrency allows.
+local function quota_full(qk)
+  local quota = qk.quota
+  if not quota or quota.cap <= 0 then
+    return false
+  end
+  quota.running = quota.running or hget_number(qk.running, '*')
+  return quota.running >= quota.cap
+end
+
 -- The window's answer at ``now``: nil while it is open, else when it opens next.
 local function window_wake(windows, now)
   if windows == '-' then return nil end
@@ -35,8 +59,8 @@ end
 -- queues (else ``fallback``, the store's default) and, when ``asked`` (the store holds limits
 -- of its own: else no field is read), its own in this queue (else the queue's default). One
 -- HMGET reads all three. Returns {weight (the store-wide limit's), cap (the smaller, 0: none),
--- wake (the later window's opening, nil: open), buckets (field, rate, burst) to take a
--- token from}.
+-- wake (the later window's opening, nil: open), buckets (field, rate, burst, shared) to take a
+-- token from}: the queue's shared bucket last, when the queue has a shared rate (qk.quota).
 local function binding_limits(qk, account, fallback, asked, now)
   local packed, here = fallback, nil
   if asked then
@@ -62,6 +86,9 @@ local function binding_limits(qk, account, fallback, asked, now)
       limit.buckets[#limit.buckets + 1] = {in_queue_field(qk.name, account), q_rate, q_burst}
     end
   end
+  if qk.quota and qk.quota.rate > 0 then
+    limit.buckets[#limit.buckets + 1] = {qk.quota.field, qk.quota.rate, qk.quota.burst, true}
+  end
   return limit
 end
 
@@ -77,8 +104,10 @@ end
 
 -- The buckets' refill, check and take at ``now`` (``buckets`` as binding_limits returns them):
 -- a token is taken from every one of them or from none. Returns nil when taken, else when
--- every bucket will have a token again; and, when a token taken was a bucket's last, when
--- every bucket will have one again. One HMGET and one HSET, however many buckets.
+-- every bucket will have a token again; when a token taken was the last of the account's own
+-- buckets, when they will all have one again (a queue's shared bucket running dry holds no
+-- account back: the queue waits); and whether a shared bucket was short. One HMGET and one
+-- HSET, however many buckets.
 local function take_token(buckets, now)
   if #buckets == 0 then return nil, nil end
   local fields, levels = {}, {}
@@ -86,11 +115,12 @@ local function take_token(buckets, now)
     fields[n] = bucket[1]
   end
   local stored = redis.call('HMGET', K_BUCKETS, unpack(fields))
-  local wake, next_token = nil, nil
+  local wake, next_token, shared_short = nil, nil, false
   for n, bucket in ipairs(buckets) do
     levels[n] = bucket_level(stored[n], bucket[2], bucket[3], now)
     if levels[n] < 1 then
       wake = math.max(wake or now, now + (1 - levels[n]) / bucket[2])
+      shared_short = shared_short or bucket[4] == true
     end
   end
   local writes = {}
@@ -98,7 +128,7 @@ local function take_token(buckets, now)
     local tokens = levels[n]
     if not wake then
       tokens = tokens - 1
-      if tokens < 1 then
+      if tokens < 1 and not bucket[4] then
         next_token = math.max(next_token or now, now + (1 - tokens) / bucket[2])
       end
     end
@@ -106,5 +136,5 @@ local function take_token(buckets, now)
     writes[#writes + 1] = string.format('%.17g %.17g', tokens, now)
   end
   redis.call('HSET', K_BUCKETS, unpack(writes))
-  return wake, next_token
+  return wake, next_token, shared_short
 end
