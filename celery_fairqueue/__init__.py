@@ -35,7 +35,7 @@ from .install import (
     set_queue_limit,
 )
 from .limits import AccountLimit
-from .retry import PermanentError, RetryableError, RetryPolicy
+from .retry import PermanentError, RetryableError, RetryPolicy, SlowDown
 from .store import DeadLetter, DeadLetters, store_for
 from .task import FairTask, ReliableTask
 
@@ -64,6 +64,7 @@ __all__ = [
     "RetryPolicy",
     "RetryableError",
     "SerializationError",
+    "SlowDown",
     "StoreFullError",
     "StoreUnavailableError",
     "cancel",

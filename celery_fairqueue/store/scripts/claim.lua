@@ -6,7 +6,9 @@
 --   whose turn it is: the lowest virtual tag of the rotation, start-time fair queueing
 --     (join_rotation, next_tag, take_head in lib/rotation.lua);
 --   whether a job past Celery's expires is dropped (claim_from, here);
---   whether an operator's pause holds the account (operator_paused, lib/rotation.lua);
+--   whether an operator's pause holds the account or the queue, or a provider's "slow down"
+--     defers it or skips the queue until it ends (operator_paused, queue_paused, slowed_until
+--     in lib/rotation.lua; held by enqueue.lua with the retry that got it);
 --   which limits bind the account in the queue: its own or the store's default, with its own
 --     in the queue or the queue's default (binding_limits in lib/limits.lua);
 --   whether they let it run: window, concurrency cap, a token from each bucket (window_wake
@@ -145,7 +147,7 @@ local function promote(qk)
 end
 
 -- The claim skips the account: the one place that decides why (DeferReason: rate_limited,
--- window_closed, concurrency_cap) and until when ('-': until a job of it ends), and records it
+-- window_closed, concurrency_cap, slowed) and until when ('-': until a job of it ends), and records it
 -- (records.Deferral) for the console and the CLI; cleared when the account rotates in again.
 local function record_deferral(qk, account, reason, due)
   redis.call('HSET', qk.deferrals, account,
@@ -175,8 +177,8 @@ local function hold_at_cap(qk, account)
   redis.call('HINCRBY', K_STATS, 'capped', 1)
 end
 
--- The queue is at its shared limit (set_queue_limit): nothing more of it in this claim, and no
--- ring for another worker. At its rate, the claim returns when its next token is there (or
+-- The queue is at its shared limit (set_queue_limit), or its provider asked it to slow down:
+-- nothing more of it in this claim, and no ring for another worker. At its rate, the claim returns when its next token is there (or
 -- calls the time keeper, as a deferral does); at its concurrency, a job's end brings the
 -- worker that ran it back. The waiting accounts keep their tags: the fair order decides who
 -- gets the next token.
@@ -213,9 +215,16 @@ local function claim_from(qk, account, tag, joined_weight)
     return job_id, job.envelope, 'expired'
   end
   -- an operator's pause: out of the rotation, its jobs stay ready until resume.lua
-  if operator_paused(qk, account) then
+  local paused, slowed = operator_paused(qk, account)
+  if paused then
     redis.call('HSET', qk.state, account, 'o')
     redis.call('HDEL', qk.deferrals, account)
+    return nil
+  end
+  -- the provider asked the account to slow down (enqueue.lua held it with a retry): deferred
+  -- until then, no token taken (its bucket holds at most its burst when the pause ends)
+  if slowed then
+    defer(qk, account, 'slowed', slowed)
     return nil
   end
   local limit = binding_limits(qk, account, default_limit, own_limits, now)
@@ -283,10 +292,14 @@ local out, claimed, skips, live, empty = {-1, lost, 0}, 0, 0, nq, {}
 for i = 1, nq do
   promote(queue_at(i))
   queues[i].weight_change = 0
-  if queue_paused(queues[i]) then
+  local paused, slowed = queue_paused(queues[i])
+  if paused or slowed then
     queues[i].paused = true
-    empty[i] = true  -- paused by an operator: its jobs stay ready
+    empty[i] = true  -- paused by an operator, or slowed down by its provider: jobs stay ready
     live = live - 1
+    if slowed and not paused then
+      wait_for_quota(queues[i], slowed)  -- the worker (or the time keeper) comes back then
+    end
   end
 end
 

@@ -19,7 +19,10 @@
 --       the shard the account moves to, else "" or absent (see below), [17] in a bulk
 --       enqueue, the most rings the queue's doorbell holds after this job is ready (its place
 --       in the batch, at most the fleet's size: each job wakes one more idle worker), else ""
---       or absent (a single enqueue rings when the rotation was empty: join_rotation).
+--       or absent (a single enqueue rings when the rotation was empty: join_rotation), [18] for
+--       a retry whose failure said "slow down", the scope it holds: 'a' the account in the
+--       queue, 'q' the queue (else "" or absent), [19] for how many seconds, [20] the cause
+--       (429, SlowDown, ...) and [21] the job's task id, both encoded (see slow_down).
 -- Returns {status, job_id}: status 1 ready, 2 delayed, 0 already stored (job_id is the existing
 -- one), 3 the dead letter to replay is gone (replayed or purged already), 4 the account has
 -- [11] waiting jobs, 5 the store holds [12] jobs, 6 past the producer's deadline, 7 the
@@ -103,6 +106,11 @@ end
 -- the record, written once: also the check that the delivery is not stored already
 if redis.call('HSETNX', K_RECORDS, job_id, make_new_record(ARGV[4], seq, ARGV[14])) == 0 then
   return {0, job_id}
+end
+-- a retry whose failure said "slow down" (slowdown.py): its scope waits as long, from now
+if (ARGV[18] or '') ~= '' then
+  slow_down(slow_down_field(ARGV[18] == 'a' and account or nil, queue),
+            now + tonumber(ARGV[19]), ARGV[20], ARGV[21])
 end
 
 -- the dead letter is answered by the job already holding its key, or by the job stored here
