@@ -16,8 +16,8 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from ....limit_reports import limit_text
 from ....reasons import reason_text
-from ....reports import limit_text
 from ....states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, ACCOUNTS_READY, Reason
 from ....store import QueueState
 from ....tables import duration, truncate
