@@ -34,12 +34,6 @@ local want, lease, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local batch, max_skips, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local nq, retention = tonumber(ARGV[9]), tonumber(ARGV[10])
 local now = now_seconds()
--- the store's one default limit (set_default_limit.lua), not this worker's own setting, and
--- whether any account has a limit of its own (the default is field "*"): else none is asked;
--- neither for a claim that only settles acks (no queue)
-local stored_default = nq > 0 and redis.call('HGET', K_LIMITS, '*')
-local default_limit = stored_default or ARGV[4]
-local own_limits = nq > 0 and redis.call('HLEN', K_LIMITS) > (stored_default and 1 or 0)
 local keeps_time = ARGV[11] == '1'
 claiming = true  -- see join_rotation: this claim rings at its end, if it leaves work
 
@@ -73,8 +67,10 @@ end
 -- A due job joins its account's FIFO at the time it became due (its new seq, written to its
 -- record), so it waits behind the jobs that were ready before it, and its wait counts from then.
 local function promote_delayed(qk)
-  for _, job_id in ipairs(redis.call('ZRANGEBYSCORE', qk.delayed, '-inf', now, 'LIMIT', 0, batch)) do
-    local due = tonumber(redis.call('ZSCORE', qk.delayed, job_id))
+  local due_jobs = redis.call('ZRANGEBYSCORE', qk.delayed, '-inf', now, 'WITHSCORES', 'LIMIT', 0,
+                             batch)
+  for n = 1, #due_jobs, 2 do
+    local job_id, due = due_jobs[n], tonumber(due_jobs[n + 1])
     redis.call('ZREM', qk.delayed, job_id)
     local job = read_job(job_id)
     if job then
@@ -108,6 +104,25 @@ local function promote(qk)
     promote_deferred(qk)
     qk.next_deferred = first_due(qk.deferred)
   end
+end
+
+-- The account's limit, packed: its own, else the store's one default limit
+-- (set_default_limit.lua), not this worker's own setting. The first account to come up reads
+-- both in one HMGET (a claim that finds no account reads nothing); whether any account has a
+-- limit of its own (the default is field "*") is asked at the second: while none has, no other
+-- account's is asked.
+local default_limit, own_limits, stored_default = nil, nil, nil
+local function limit_of(account)
+  if default_limit == nil then
+    local own
+    own, stored_default = unpack(redis.call('HMGET', K_LIMITS, account, '*'))
+    default_limit = stored_default or ARGV[4]
+    return own or default_limit
+  end
+  if own_limits == nil then
+    own_limits = redis.call('HLEN', K_LIMITS) > (stored_default and 1 or 0)
+  end
+  return own_limits and redis.call('HGET', K_LIMITS, account) or default_limit
 end
 
 -- nil while the window is open, else when it opens next.
@@ -156,7 +171,7 @@ local function defer(qk, account, reason, wake)
   redis.call('ZADD', qk.deferred, wake, account)
   if not keeps_time and wake < math.min(qk.next_deferred or math.huge,
                                         qk.next_delayed or math.huge) then
-    call_keeper(qk)
+    call_keeper(qk, wake)
   end
   qk.next_deferred = math.min(qk.next_deferred or wake, wake)
   redis.call('HINCRBY', K_STATS, 'deferred', 1)
@@ -177,7 +192,9 @@ local function next_tag(tag, weight)
 end
 
 -- The account's head job leaves ready; the account goes on in the rotation at ``tag`` if it has
--- ``more``, else leaves it and remembers ``tag`` (finish: join_rotation). ``held``: this job took
+-- ``more``, else leaves it and remembers ``tag`` (finish: join_rotation; written when the claim
+-- ends, in one ZADD, and not at all when the claim finds the rotation empty, which forgets the
+-- finish tags: see leave_tags). ``held``: this job took
 -- the account to its limit (its last token, its last slot under the cap): it leaves the
 -- rotation now, remembering ``tag`` too, and the caller defers it; left in, it would come up
 -- at its next turn only to be skipped, a wasted step of every claim per job of it.
@@ -192,7 +209,19 @@ local function take_head(qk, account, head, more, tag, held, weight)
     end
   else
     redis.call('HDEL', qk.state, account)
-    redis.call('ZADD', qk.finish, tag, account)
+    qk.finished[#qk.finished + 1] = tag
+    qk.finished[#qk.finished + 1] = account
+  end
+end
+
+-- The finish tags of the accounts that left the rotation in this claim; when the claim found
+-- the rotation empty, none: no account waits, so virtual time starts again at the next to join
+-- (join_rotation), and no tag is left behind meanwhile.
+local function leave_tags(qk)
+  if qk.drained then
+    redis.call('DEL', qk.finish)
+  elseif #qk.finished > 0 then
+    redis.call('ZADD', qk.finish, unpack(qk.finished))
   end
 end
 
@@ -227,7 +256,7 @@ local function claim_from(qk, account, tag, joined_weight)
     return nil
   end
   local rate, burst, cap, windows, weight =
-    split_limit(own_limits and redis.call('HGET', K_LIMITS, account) or default_limit)
+    split_limit(limit_of(account))
   local wake = window_wake(windows)
   if wake then
     defer(qk, account, 'window_closed', wake)
@@ -284,9 +313,8 @@ end
 local out, claimed, skips, live, empty = {-1, lost, 0}, 0, 0, nq, {}
 for i = 1, nq do
   promote(queue_at(i))
-  queues[i].weight_change = 0
+  queues[i].weight_change, queues[i].finished = 0, {}
   if queue_paused(queues[i]) then
-    queues[i].paused = true
     empty[i] = true  -- paused by an operator: its jobs stay ready
     live = live - 1
   end
@@ -303,13 +331,8 @@ while claimed < want and live > 0 and skips <= max_skips do
       account, joined_weight = split_rotation_member(popped[1])
     end
     local tag = tonumber(popped[2])
-    if not account then
-      redis.call('DEL', qk.finish)  -- no account waits: virtual time starts again
-      if SHARDED then
-        redis.call('SET', qk.weight, 0)  -- and its weight is none, exactly
-        qk.weight_change = 0
-      end
-      empty[i] = true
+    if not account then  -- no account waits
+      empty[i], qk.drained = true, true
       live = live - 1
     else
       qk.weight_change = qk.weight_change - joined_weight
@@ -345,19 +368,24 @@ end
 -- a rotation this claim leaves work in (it took all it wanted, or promoted more than it took):
 -- the doorbell wakes one more idle worker, who rings again if it leaves work too
 for n = 1, nq do
-  if not empty[n] and redis.call('ZCARD', queues[n].tags) > 0 then
-    ring(queues[n])
+  if not empty[n] then
+    if redis.call('ZCARD', queues[n].tags) > 0 then
+      ring(queues[n])
+    else  -- emptied by its last pop: as good as found empty (leave_tags; join_rotation)
+      empty[n], queues[n].drained = true, true
+    end
   end
+  leave_tags(queues[n])
 end
 -- what the queues claimed from can run now, by weight, for the worker's choice of a shard
 if SHARDED then
   local runnable = 0
   for n = 1, nq do
-    local weight = redis.call('INCRBY', queues[n].weight, queues[n].weight_change)
-    if weight <= 0 and not empty[n] then  -- none kept yet (a store of one shard, moving)
-      weight = weigh_rotation(queues[n])
-    end
-    if not queues[n].paused then
+    if not empty[n] then  -- an empty rotation's weight is none, whatever it says (join_rotation)
+      local weight = redis.call('INCRBY', queues[n].weight, queues[n].weight_change)
+      if weight <= 0 then  -- none kept yet (a store of one shard, moving)
+        weight = weigh_rotation(queues[n])
+      end
       runnable = runnable + weight
     end
   end
