@@ -127,6 +127,27 @@ def test_an_empty_rotation_leaves_no_virtual_time_behind(store, redis_client):
     assert not redis_client.exists(qk.tags, qk.finish)
 
 
+def test_a_claim_that_takes_the_last_job_leaves_no_virtual_time_behind(store, redis_client):
+    """The claim that empties the rotation forgets the finish tags, though it took all it
+    wanted and popped no further: the next account to join starts virtual time again at 0
+    without deleting them itself (an enqueue into an empty queue saves that command)."""
+    backlog(store, {"a": 2, "b": 1})
+    assert claims(store, 3) == ["a", "b", "a"]
+    qk = store.keys.queue("default")
+    assert not redis_client.exists(qk.tags, qk.finish)
+
+
+def test_the_reaper_forgets_finish_tags_an_empty_rotation_was_left_with(store, redis_client):
+    """A claim of an earlier release left them (it forgot them only when it popped the empty
+    rotation); kept, they would put accounts far behind the new virtual time."""
+    qk = store.keys.queue("default")
+    backlog(store, {"a": 1})
+    claims(store, 1)
+    redis_client.zadd(qk.finish, {"a": 7_000_000, "b": 9_000_000})
+    store.reap()
+    assert not redis_client.exists(qk.finish)
+
+
 
 def rings(redis_client, bell: str, run) -> int:
     """How many rings ``run()`` leaves on the doorbell ``bell`` (emptied first)."""

@@ -61,29 +61,6 @@ local function queue_at(i)
   return queues[i]
 end
 
--- the store's one default limit (set_default_limit.lua), not this worker's own setting, and
--- the shared limit of each queue claimed from (queue_limit.lua), in one HMGET; and whether any
--- account has a limit of its own (the fields beyond those): else none is asked; neither for
--- a claim that only settles acks (no queue)
-local stored_default, shared_limits = false, 0
-if nq > 0 then
-  local fields = {'*'}
-  for n = 1, nq do
-    fields[n + 1] = queue_limit_field(queue_at(n).name)
-  end
-  local held = redis.call('HMGET', K_LIMITS, unpack(fields))
-  stored_default = held[1]
-  for n = 1, nq do
-    if held[n + 1] then
-      queues[n].quota = queue_quota(queues[n], held[n + 1])
-      shared_limits = shared_limits + 1
-    end
-  end
-end
-local default_limit = stored_default or ARGV[4]
-local own_limits = nq > 0 and
-  redis.call('HLEN', K_LIMITS) > (stored_default and 1 or 0) + shared_limits
-
 local lost, acked = {}, 0
 for n = 0, tonumber(ARGV[12]) - 1 do
   local a = 13 + n * 4
@@ -107,8 +84,10 @@ end
 -- A due job joins its account's FIFO at the time it became due (its new seq, written to its
 -- record), so it waits behind the jobs that were ready before it, and its wait counts from then.
 local function promote_delayed(qk)
-  for _, job_id in ipairs(redis.call('ZRANGEBYSCORE', qk.delayed, '-inf', now, 'LIMIT', 0, batch)) do
-    local due = tonumber(redis.call('ZSCORE', qk.delayed, job_id))
+  local due_jobs = redis.call('ZRANGEBYSCORE', qk.delayed, '-inf', now, 'WITHSCORES', 'LIMIT', 0,
+                             batch)
+  for n = 1, #due_jobs, 2 do
+    local job_id, due = due_jobs[n], tonumber(due_jobs[n + 1])
     redis.call('ZREM', qk.delayed, job_id)
     local job = read_job(job_id)
     if job then
@@ -144,6 +123,42 @@ local function promote(qk)
   end
 end
 
+-- The limits stored for ``account`` in queue ``qk``, packed: its own, else the store's one
+-- default limit (set_default_limit.lua), not this worker's own setting; and its own in the
+-- queue, else the queue's default (nil: none). The first account to come up reads them in one
+-- HMGET with the default and the shared limit of each queue claimed from (queue_limit.lua;
+-- a claim that finds no account reads nothing); whether any account has a limit of its own
+-- (fields beyond those) is asked at the second: while none has, no other account's is asked.
+local default_limit, own_limits, stored_default, shared_limits = nil, nil, nil, 0
+local function limits_of(qk, account)
+  local own, own_here, default_here
+  if default_limit == nil then
+    local fields = {account, in_queue_field(qk.name, account), in_queue_field(qk.name, '*'), '*'}
+    for n = 1, nq do
+      fields[#fields + 1] = queue_limit_field(queues[n].name)
+    end
+    local held = redis.call('HMGET', K_LIMITS, unpack(fields))
+    own, own_here, default_here, stored_default = held[1], held[2], held[3], held[4]
+    default_limit = stored_default or ARGV[4]
+    for n = 1, nq do
+      if held[4 + n] then
+        queues[n].quota = queue_quota(queues[n], held[4 + n])
+        shared_limits = shared_limits + 1
+      end
+    end
+    return own or default_limit, own_here or default_here or nil
+  end
+  if own_limits == nil then
+    own_limits = redis.call('HLEN', K_LIMITS) > (stored_default and 1 or 0) + shared_limits
+  end
+  if not own_limits then
+    return default_limit, nil
+  end
+  own, own_here, default_here = unpack(redis.call('HMGET', K_LIMITS, account,
+    in_queue_field(qk.name, account), in_queue_field(qk.name, '*')))
+  return own or default_limit, own_here or default_here or nil
+end
+
 -- The claim skips the account: the one place that decides why (DeferReason: rate_limited,
 -- window_closed, concurrency_cap) and until when ('-': until a job of it ends), and records it
 -- (records.Deferral) for the console and the CLI; cleared when the account rotates in again.
@@ -160,7 +175,7 @@ local function defer(qk, account, reason, wake)
   redis.call('ZADD', qk.deferred, wake, account)
   if not keeps_time and wake < math.min(qk.next_deferred or math.huge,
                                         qk.next_delayed or math.huge) then
-    call_keeper(qk)
+    call_keeper(qk, wake)
   end
   qk.next_deferred = math.min(qk.next_deferred or wake, wake)
   redis.call('HINCRBY', K_STATS, 'deferred', 1)
@@ -183,7 +198,7 @@ end
 local function wait_for_quota(qk, due)
   if due and not keeps_time and due < math.min(qk.next_deferred or math.huge,
                                                qk.next_delayed or math.huge) then
-    call_keeper(qk)
+    call_keeper(qk, due)
   end
   qk.next_deferred = due and math.min(qk.next_deferred or due, due) or qk.next_deferred
 end
@@ -218,7 +233,11 @@ local function claim_from(qk, account, tag, joined_weight)
     redis.call('HDEL', qk.deferrals, account)
     return nil
   end
-  local limit = binding_limits(qk, account, default_limit, own_limits, now)
+  local packed, here = limits_of(qk, account)
+  if quota_full(qk) then
+    return nil, nil, 'quota'  -- the queue runs all it may: the account keeps its turn
+  end
+  local limit = binding_limits(qk, packed, here, now, account)
   if limit.wake then
     defer(qk, account, 'window_closed', limit.wake)
     return nil
@@ -282,9 +301,8 @@ end
 local out, claimed, skips, live, empty = {-1, lost, 0}, 0, 0, nq, {}
 for i = 1, nq do
   promote(queue_at(i))
-  queues[i].weight_change = 0
+  queues[i].weight_change, queues[i].finished = 0, {}
   if queue_paused(queues[i]) then
-    queues[i].paused = true
     empty[i] = true  -- paused by an operator: its jobs stay ready
     live = live - 1
   end
@@ -293,11 +311,7 @@ end
 local i = tonumber(ARGV[8]) - 1
 while claimed < want and live > 0 and skips <= max_skips do
   i = i % nq + 1
-  if not empty[i] and quota_full(queues[i]) then
-    wait_for_quota(queues[i], nil)
-    empty[i] = true
-    live = live - 1
-  elseif not empty[i] then
+  if not empty[i] then
     local qk = queues[i]
     local popped = redis.call('ZPOPMIN', qk.tags)
     local account, joined_weight
@@ -305,13 +319,8 @@ while claimed < want and live > 0 and skips <= max_skips do
       account, joined_weight = split_rotation_member(popped[1])
     end
     local tag = tonumber(popped[2])
-    if not account then
-      redis.call('DEL', qk.finish)  -- no account waits: virtual time starts again
-      if SHARDED then
-        redis.call('SET', qk.weight, 0)  -- and its weight is none, exactly
-        qk.weight_change = 0
-      end
-      empty[i] = true
+    if not account then  -- no account waits
+      empty[i], qk.drained = true, true
       live = live - 1
     else
       qk.weight_change = qk.weight_change - joined_weight
@@ -353,19 +362,24 @@ end
 -- a rotation this claim leaves work in (it took all it wanted, or promoted more than it took):
 -- the doorbell wakes one more idle worker, who rings again if it leaves work too
 for n = 1, nq do
-  if not empty[n] and redis.call('ZCARD', queues[n].tags) > 0 then
-    ring(queues[n])
+  if not empty[n] then
+    if redis.call('ZCARD', queues[n].tags) > 0 then
+      ring(queues[n])
+    else  -- emptied by its last pop: as good as found empty (leave_tags; join_rotation)
+      empty[n], queues[n].drained = true, true
+    end
   end
+  leave_tags(queues[n])
 end
 -- what the queues claimed from can run now, by weight, for the worker's choice of a shard
 if SHARDED then
   local runnable = 0
   for n = 1, nq do
-    local weight = redis.call('INCRBY', queues[n].weight, queues[n].weight_change)
-    if weight <= 0 and not empty[n] then  -- none kept yet (a store of one shard, moving)
-      weight = weigh_rotation(queues[n])
-    end
-    if not queues[n].paused then
+    if not empty[n] then  -- an empty rotation's weight is none, whatever it says (join_rotation)
+      local weight = redis.call('INCRBY', queues[n].weight, queues[n].weight_change)
+      if weight <= 0 then  -- none kept yet (a store of one shard, moving)
+        weight = weigh_rotation(queues[n])
+      end
       runnable = runnable + weight
     end
   end
