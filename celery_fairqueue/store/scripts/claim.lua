@@ -179,6 +179,7 @@ local function defer(qk, account, reason, wake)
   end
   qk.next_deferred = math.min(qk.next_deferred or wake, wake)
   redis.call('HINCRBY', K_STATS, 'deferred', 1)
+  redis.call('HINCRBY', K_STATS, 'deferred_' .. reason, 1)  -- by reason, for the metric
   emit('e', 'account_deferred', 'q', qk.name, 'a', account, 'at', now, 'due', wake)
 end
 
@@ -201,6 +202,7 @@ local function wait_for_quota(qk, due)
     call_keeper(qk, due)
   end
   qk.next_deferred = due and math.min(qk.next_deferred or due, due) or qk.next_deferred
+  redis.call('HINCRBY', K_STATS, 'deferred_queue_quota', 1)
 end
 
 -- Try the account at the head of the rotation (its virtual tag ``tag`` and the weight it joined
