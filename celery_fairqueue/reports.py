@@ -146,7 +146,8 @@ def account_report(states: Sequence[QueueState]) -> str:
         ["QUEUE", "READY", "DEFERRED", "DUE", "DELAYED", "RUNNING", "OLDEST WAITING", "LIMIT"],
         [[s.queue, s.ready, s.deferred, s.delayed_due, s.delayed_future, s.running,
           ago(s.oldest_waiting, now) if s.oldest_waiting else "-",
-          limit_text(s.limit) + (" (default)" if s.limit_is_default and s.limit else "")]
+          limit_text(s.limit) + (" (default)" if s.limit_is_default and s.limit else "")
+          + (f"; in {s.queue}: {limit_text(s.limit_here)}" if s.limit_here else "")]
          for s in states])
     reasons = [f"{s.queue}: {reason_text(s)}" + (f" (until {moment(s.until)})" if s.until else "")
                for s in states]

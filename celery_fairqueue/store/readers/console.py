@@ -21,7 +21,7 @@ from ...envelope import Envelope, MalformedEnvelopeError
 from ...limits import AccountLimit
 from ...protocol import normalize_id, task_id_of
 from ...states import DeferReason, Reason, ready_and_deferred
-from ..formats.keys import decode_id, encode_id, queue_limit_field
+from ..formats.keys import decode_id, encode_id, in_queue_field, queue_limit_field
 from ..formats.records import Bucket, Deferral, ReadyMember, WorkerEntry
 from ..shards.merged import per_shard, records_at
 from ..shards.shard import FairStore
@@ -62,6 +62,7 @@ class QueueState:
     server_time: float = 0.0  # the store's clock when this was read
     complete: bool = True  # False when a bound (DUE_SCAN, OLDEST_SCAN) cut a count short
     quota: QueueQuota | None = None  # the queue's shared limit, when it has one
+    limit_here: AccountLimit | None = None  # its limit in this queue (else the queue's default)
 
     @property
     def waiting(self) -> int:
@@ -304,6 +305,8 @@ class ConsoleReader:
             pipe.hget(keys.limit_config, queue_limit_field(queue))  # its shared limit
             pipe.hget(keys.buckets, queue_limit_field(queue))
             pipe.hget(qk.running, "*")
+            pipe.hmget(keys.limit_config, in_queue_field(queue, account),
+                       in_queue_field(queue, None))
         own_limit, stored_default, pauses, *replies = pipe.execute()
         running_of = store.running()
         own = AccountLimit.from_json(own_limit) if own_limit else None
@@ -315,7 +318,7 @@ class ConsoleReader:
         states = []
         for n, queue in enumerate(names):
             (nready, state, limit_wake, deferral, ndelayed, heads, first_delayed, quota_limit,
-             quota_bucket, quota_running) = replies[10 * n: 10 * n + 10]
+             quota_bucket, quota_running, here) = replies[11 * n: 11 * n + 11]
             running = running_of.get((queue, normalize_id(account)), 0)
             fields = [pause_field(None, queue), pause_field(account, queue),
                       pause_field(account, None)]
@@ -329,7 +332,8 @@ class ConsoleReader:
                 ndelayed=int(ndelayed or 0), heads=heads, first_delayed=first_delayed,
                 limit=limit, own=own is not None, pause=pause,
                 consumed=queue in consumers, shard=store,
-                quota=QueueQuota.read(quota_limit, quota_bucket, quota_running, now)))
+                quota=QueueQuota.read(quota_limit, quota_bucket, quota_running, now),
+                limit_here=next((AccountLimit.from_json(raw) for raw in here if raw), None)))
         return states
 
     def _due_delayed(self, shard: FairStore, queue: str, account: str, now: float
@@ -349,7 +353,8 @@ class ConsoleReader:
                      state: str | None, limit_wake: float | None, deferral: Deferral | None,
                      ndelayed: int, heads: list[str], first_delayed: list[Any],
                      limit: AccountLimit | None, own: bool, pause: OperatorPause | None,
-                     consumed: bool, shard: FairStore, quota: QueueQuota | None) -> QueueState:
+                     consumed: bool, shard: FairStore, quota: QueueQuota | None,
+                     limit_here: AccountLimit | None) -> QueueState:
         complete = True
         delayed_due, due_since = 0, None
         if ndelayed and first_delayed and float(first_delayed[0][1]) <= now:
@@ -373,7 +378,7 @@ class ConsoleReader:
             paused_by=pause.by if pause else None, paused_at=pause.at if pause else None,
             pause_reason=pause.reason if pause else None,
             pause_scope=pause.scope if pause else None, server_time=now, complete=complete,
-            quota=quota)
+            quota=quota, limit_here=limit_here)
 
     # -- one account's jobs --------------------------------------------------------------------
 

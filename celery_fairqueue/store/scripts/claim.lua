@@ -10,11 +10,11 @@
 --   which limits bind the account in the queue: its own or the store's default, with its own
 --     in the queue or the queue's default (binding_limits in lib/limits.lua);
 --   whether they let it run: window, concurrency cap, a token from each bucket (window_wake
---     and take_token in lib/limits.lua);
+--     and take_token in lib/limits.lua); what a "no" does: deferred until when, or held at
+--     its cap, and why (defer, hold_at_cap, record_deferral, here);
 --   whether the queue's shared limit lets it run (queue_quota, quota_full and the shared
 --     bucket in take_token, lib/limits.lua); a "no" stops the queue for this claim, the
---     account keeping its turn (wait_for_quota, here); what a "no" does: deferred until when, or held at its cap,
---     and why (defer, hold_at_cap, record_deferral, here);
+--     account keeping its turn (wait_for_quota, here);
 --   whether a job is poison (delivered too often) and dead-lettered (dead_letter, lib/leases.lua);
 --   when the worker should ask again, and whether to ring the doorbell for another worker.
 -- The rotation is start-time fair queueing (join_rotation in lib/rotation.lua): the account with the
@@ -45,7 +45,9 @@
 -- stream on: 9 commands (ZPOPMIN, ZRANGEBYLEX, HGET and HSET of its record, ZREM, ZADD of its
 -- account's next turn, ZADD of its lease, SET of its marker, XADD); an ack riding along 3 to 5
 -- (HGET and HDEL of its record, ZREM of its lease; after a success, SET of the key's done
--- marker and XADD). An account with a concurrency cap adds its running count to both.
+-- marker and XADD). An account with a concurrency cap adds its running count to both. A queue
+-- with a shared rate adds its bucket's HMGET and HSET (an account's own buckets ride in the
+-- same two), a shared concurrency the queue's running count.
 -- include: keys events records markers limits rotation leases
 local want, lease, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local batch, max_skips, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
