@@ -173,11 +173,11 @@ def test_a_claim_that_takes_the_account_it_promoted_wakes_no_idle_worker(store, 
 
 def test_a_claim_that_brings_back_more_than_it_takes_wakes_the_idle_workers(store,
                                                                              redis_client):
-    for account in ("a", "b"):
-        store.set_limit(account, AccountLimit(rate="20/s", burst=1))
+    for account in ("a", "b"):  # a token every 0.5 s: the claims below take far less
+        store.set_limit(account, AccountLimit(rate="2/s", burst=1))
     backlog(store, {"a": 3, "b": 3})
     assert sorted(claims(store, 3)) == ["a", "b"]  # each took its token: both deferred
-    time.sleep(0.06)  # both tokens are there; a claim of one job leaves the other's
+    time.sleep(0.55)  # both tokens are there; a claim of one job leaves the other's
     bell = store.keys.queue("default").bell
     assert rings(redis_client, bell, lambda: claims(store, 1)) == 1
 
