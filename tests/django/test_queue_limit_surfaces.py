@@ -11,9 +11,12 @@ from django.urls import reverse
 
 import celery_fairqueue
 from celery_fairqueue import AccountLimit
+from celery_fairqueue.contrib.django.admin.common import account_url
 from celery_fairqueue.contrib.django.models import QueueLimit
+from celery_fairqueue.store import WorkerRegistration, store_for
 from tests.django.test_admin import login  # noqa: F401  (the fixture)
 from tests.django.test_cli import celery, manage
+from tests.django.test_console import VIEWER, logged_in, staff
 
 pytestmark = pytest.mark.django_db
 
@@ -95,3 +98,16 @@ def test_the_admins_queue_limit_pages_need_their_own_permission_and_push_to_redi
         client.post(reverse("admin:celery_fairqueue_queuelimit_delete", args=[row.pk]),
                     {"post": "yes"})
     assert celery_fairqueue.get_queue_limit(rel.app, "linkedin") is None
+
+
+def test_the_account_page_says_it_waits_for_its_queues_shared_limit_and_the_next_token(rel):
+    store = store_for(rel.app)
+    store.register_worker("w1", WorkerRegistration("celery@test", ("celery",), 4))
+    celery_fairqueue.set_queue_limit(rel.app, "celery", rate="60/h", burst=1)
+    rel.send_message.delay("acme", 1)
+    rel.send_message.delay("beta", 2)
+    [lease] = store.claim(["celery"], 5, "w", AccountLimit().pack(0)).leases
+    waiting = "beta" if lease.account == "acme" else "acme"
+    page = logged_in(staff(*VIEWER)).get(account_url(waiting)).content.decode()
+    assert "Waiting: its queue is at its shared limit" in page and "fq-queue_quota" in page
+    assert "queue celery is at its shared limit of 60/h; next token" in page
