@@ -2,7 +2,8 @@
 and the metrics: an account is *ready*, *deferred* by its limit (rate limited, window closed,
 at its concurrency cap; until when) or by its provider's "slow down" (*slowed*: a 429 or 503
 with Retry-After, SlowDown; until when), or *paused* by an operator (who, when, why); while
-``fairqueue reshard`` moves it to another shard, it is *moving*.
+``fairqueue reshard`` moves it to another shard, it is *moving*. A ready account whose queue is
+at its shared limit (set_queue_limit) keeps its turn and waits with the queue: *queue quota*.
 
 Imports nothing of the package, so the store (at the bottom of the import graph) and the
 reports above it read the same names and the same labels.
@@ -51,6 +52,7 @@ class Reason(StrEnum):
     SLOWED = DeferReason.SLOWED.value
     PAUSED = AccountState.PAUSED.value
     MOVING = "moving"  # frozen by `fairqueue reshard` while it moves to another shard
+    QUEUE_QUOTA = "queue_quota"  # ready, but its queue is at its shared limit (set_queue_limit)
     NO_WORKER = "no_worker"
 
     @property
@@ -73,6 +75,7 @@ _REASON_LABELS: dict[str, str] = {
     "slowed": "Deferred: the provider asked to slow down",
     "paused": "Paused by an operator",
     "moving": "Moving to another shard",
+    "queue_quota": "Waiting: its queue is at its shared limit",
     "no_worker": "No worker",
 }
 

@@ -178,6 +178,9 @@ class FairDispatcher:
         keeps_time = bell is None or bell.keeps_time
         tick = bell is not None and bell.ticking and keeps_time
         rings = bell.take_rings() if bell is not None else []
+        called = bell.take_calls() if bell is not None else None
+        if called is not None:  # the keeper's call: its timer, for the due time it carries
+            self._claim_at(max(0.0, called - time.time()))
         acks = self._take_acks()
         free = self.free_slots()
         if bell is not None:
@@ -419,7 +422,7 @@ class FairDispatcher:
                     leased = [*self.held, *(ack.job_id for ack in list(self._acks))]
                     beat = self.store.beat(self.token, self.registration(), leased)
                     if self.doorbell is not None:
-                        self.doorbell.kept(beat.keeps)
+                        self.doorbell.kept(beat.keeps, beat.clock_offset)
                     self._check_instance(beat.instance)
                     live_workers = max(1, beat.live_workers)
                     for job_id in beat.lost:

@@ -11,7 +11,9 @@ whose slots filled meanwhile is given back (FairDispatcher.claim).
 next tokens, window openings) are acted on by one worker, the queue's time keeper: a lease
 that the heartbeat takes when nobody holds it and renews while it beats (heartbeat.lua). The
 keeper arms a timer for the next due time its claims report, and is called on the queue's
-clock when a new due time comes first; the other workers arm no timer. Until a worker's
+clock when a new due time comes first: the call carries that time, and the keeper arms its
+timer for it without a claim (its heartbeat measures how far Redis's clock is from its own);
+the other workers arm no timer. Until a worker's
 first heartbeat says who keeps the time, it keeps the time itself. The keeper also sweeps:
 every SWEEP_SECONDS it rings for work that waits with no ring pending (a ring lost with a
 worker killed right after it took one, or with a Redis restart).
@@ -68,6 +70,10 @@ class Doorbell:
         self.idle = threading.Event()  # the worker has a free slot: it waits on the doorbells
         self.keeps: list[str] | None = None  # None: no heartbeat said yet
         self.ticking = False  # the keeper was called: claim for the due time even with no slot
+        #: Redis's clock less this process's, from the heartbeat (None: no beat yet, so a call
+        #: is answered by a claim, which learns the due time in the store)
+        self.clock_offset: float | None = None
+        self._calls: deque[float] = deque()  # due times of calls heard, on this process's clock
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -80,11 +86,12 @@ class Doorbell:
         who is (until its first heartbeat)."""
         return self.keeps is None or bool(self.keeps)
 
-    def kept(self, queues: Sequence[str]) -> None:
-        """The heartbeat says whose time this worker keeps; a new keeper claims at once, to
-        learn when the next due time is."""
+    def kept(self, queues: Sequence[str], clock_offset: float) -> None:
+        """The heartbeat says whose time this worker keeps, and how far Redis's clock is from
+        this process's; a new keeper claims at once, to learn when the next due time is."""
         became = bool(queues) and not self.keeps
         self.keeps = list(queues)
+        self.clock_offset = clock_offset
         if became:
             self.ticking = True
             self.wake()
@@ -154,16 +161,26 @@ class Doorbell:
         if wait is not None:
             wait.close()
 
-    def _heard(self, rang: str | None) -> None:
-        """A ring (or the keeper's call) came: claim; a ring the worker cannot use, its slots
-        filled meanwhile, goes back (take_rings, give_back)."""
+    def _heard(self, rang: tuple[str, float] | None) -> None:
+        """A ring came: claim; a ring the worker cannot use, its slots filled meanwhile, goes
+        back (take_rings, give_back). A call on a queue's clock: arm the timer for its due
+        time (take_calls), or, before the first heartbeat measured the clocks, claim to learn
+        it."""
         if rang is None:
             return
-        if rang.endswith(":clock"):
+        key, score = rang
+        if not key.endswith(":clock"):
+            self._rings.append(key)
+        elif self.clock_offset is None:
             self.ticking = True
         else:
-            self._rings.append(rang)
+            self._calls.append(score - self.clock_offset)
         self.wake()
+
+    def take_calls(self) -> float | None:
+        """The earliest due time (``time.time()``'s clock) of the calls heard since the last
+        claim, or None."""
+        return min(drain(self._calls), default=None)
 
     def take_rings(self) -> list[str]:
         """The doorbells that rang for this worker since the last claim."""

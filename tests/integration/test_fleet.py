@@ -73,6 +73,23 @@ def test_a_due_job_is_promoted_by_one_worker(fair, celery_worker_factory, fair_s
     assert calls(redis_client, "zpopmin") - claims <= 3
 
 
+def test_a_keeper_called_for_a_due_job_claims_only_when_it_is_due(fair, celery_worker_factory,
+                                                                 fair_store, redis_client):
+    """The call on the queue's clock carries the due time: the keeper arms its timer for it
+    without a claim to read it from the store (that claim cost a delayed job a tenth of its
+    commands). Its claim at the due time takes the job and leaves the rotation empty: one pop;
+    two if its timer fires a fraction of a millisecond before Redis's clock says the job is due
+    (the clocks are compared at each heartbeat)."""
+    idle_fleet(celery_worker_factory, redis_client, 4)
+    claims = calls(redis_client, "zpopmin")
+    sent = time.time()
+    job = fair.job.apply_async(("acme", 3), countdown=1)
+    assert job.get(timeout=15) == 3
+    assert starts(redis_client)[-1]["start"] >= sent + 1
+    time.sleep(0.5)
+    assert calls(redis_client, "zpopmin") - claims <= 2
+
+
 def test_a_worker_killed_right_after_it_took_a_ring_strands_no_job(fair, celery_worker_factory,
                                                                    fair_store, redis_client,
                                                                    redis_server):

@@ -3,6 +3,7 @@ checked by the claim with the account's limit across its queues, on a real redis
 
 import itertools
 import json
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,8 +12,9 @@ from hypothesis import strategies as st
 import celery_fairqueue
 from celery_fairqueue.errors import InvalidLimitError
 from celery_fairqueue.limits import AccountLimit
+from celery_fairqueue.reports import account_report
 from celery_fairqueue.settings import FairqueueSettings
-from celery_fairqueue.store import FairStore, open_store
+from celery_fairqueue.store import ConsoleReader, FairStore, open_store
 from celery_fairqueue.store.shards.placement import account_shard
 from celery_fairqueue.store.shards.reshard import Resharder
 from tests.harness import wait_until
@@ -230,3 +232,16 @@ def test_an_account_limited_in_one_queue_runs_its_other_queues_jobs_at_full_spee
     # the two accounts share the email queue evenly: acme's last email job ends when free's does
     assert abs(email["acme"][-1] - email["free"][-1]) < 0.15
     assert email["acme"][-1] < linkedin[6]  # not paced by its linkedin limit
+
+
+def test_one_accounts_view_names_its_limit_in_each_queue(store):
+    store.set_limit("acme", AccountLimit(rate="5/s"))
+    store.set_limit("acme", AccountLimit(rate="100/d"), queue="linkedin")
+    store.set_queue_default_limit("email", AccountLimit(rate="500/m"))
+    fill(store, "acme", 1)
+    states = {s.queue: s for s in ConsoleReader(store).account_state("acme", QUEUES)}
+    assert states["linkedin"].limit_here == AccountLimit(rate="100/d")
+    assert states["email"].limit_here == AccountLimit(rate="500/m")
+    text = account_report(list(states.values()))
+    assert re.search(r"linkedin .*5/s; in linkedin: 100/d", text), text
+    assert re.search(r"email .*5/s; in email: 500/m", text), text

@@ -10,8 +10,10 @@ import pytest
 import celery_fairqueue
 from celery_fairqueue.errors import ConfigurationError, InvalidLimitError
 from celery_fairqueue.limits import AccountLimit
+from celery_fairqueue.reasons import format_clock, reason_text
 from celery_fairqueue.settings import FairqueueSettings
-from celery_fairqueue.store import FairStore, open_store
+from celery_fairqueue.states import Reason
+from celery_fairqueue.store import ConsoleReader, FairStore, WorkerRegistration, open_store
 from celery_fairqueue.store.shards.reshard import Resharder, ReshardError
 from tests.harness import wait_until
 from tests.harness.store_tools import claim_jobs
@@ -196,3 +198,50 @@ def test_a_queue_quota_of_concurrency_4_on_16_threads_never_runs_more_than_4_of_
     assert max(itertools.accumulate(step for _, step in edges)) >= 10
     assert wait_until(lambda: not redis_client.hget(store.keys.queue("linkedin").running, "*"),
                       timeout=10)
+
+
+def test_the_console_says_an_account_waits_for_its_queues_shared_limit_and_its_next_token(store):
+    store.register_worker("w1", WorkerRegistration("celery@test", ("linkedin",), 4))
+    store.set_queue_limit("linkedin", AccountLimit(rate="60/h", burst=1))
+    fill(store, "a", 2)
+    fill(store, "b", 2)
+    assert len(claim_all(store)) == 1
+    state = next(s for s in (ConsoleReader(store).account_state(a, ["linkedin"])[0]
+                             for a in ("a", "b")) if s.ready)
+    assert state.reason == Reason.QUEUE_QUOTA and state.until is not None
+    assert 0 < state.until - state.server_time <= 60
+    assert reason_text(state) == ("queue linkedin is at its shared limit of 60/h; next token "
+                                  f"{format_clock(state.until)}")
+    assert Reason.QUEUE_QUOTA.label == "Waiting: its queue is at its shared limit"
+
+
+def test_the_console_says_an_account_waits_for_its_queues_shared_concurrency(store):
+    store.register_worker("w1", WorkerRegistration("celery@test", ("linkedin",), 4))
+    store.set_queue_limit("linkedin", AccountLimit(concurrency=1))
+    fill(store, "a", 2)
+    assert len(claim_jobs(store, ["linkedin"], 5, TOKEN, NO_LIMIT)) == 1
+    [state] = ConsoleReader(store).account_state("a", ["linkedin"])
+    assert (state.reason, reason_text(state)) == (
+        Reason.QUEUE_QUOTA, "queue linkedin is at its shared concurrency: 1 of 1 running")
+
+
+def test_the_deferral_metric_counts_each_reason_a_queue_quota_among_them(fair, redis_client):
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from celery_fairqueue.metrics import METRIC_NAMES, make_registry
+
+    store = celery_fairqueue.store_for(fair.app)
+    store.set_queue_limit("linkedin", AccountLimit(rate="1/h", burst=1))
+    store.set_limit("slow", AccountLimit(rate="1/h", burst=1))
+    fill(store, "a", 3)
+    fill(store, "slow", 3, queue="email")
+    claim_all(store, ("linkedin", "email"), want=1)
+    text = generate_latest(make_registry(fair.app)).decode()
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    assert {s.name for s in samples} <= METRIC_NAMES
+    deferrals = {s.labels["reason"]: s.value for s in samples
+                 if s.name == "fairqueue_deferrals_total"}
+    assert set(deferrals) == {"rate_limited", "window_closed", "concurrency_cap", "slowed",
+                              "queue_quota"}
+    assert deferrals["rate_limited"] >= 1 and deferrals["queue_quota"] >= 1

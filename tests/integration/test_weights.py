@@ -127,6 +127,27 @@ def test_an_empty_rotation_leaves_no_virtual_time_behind(store, redis_client):
     assert not redis_client.exists(qk.tags, qk.finish)
 
 
+def test_a_claim_that_takes_the_last_job_leaves_no_virtual_time_behind(store, redis_client):
+    """The claim that empties the rotation forgets the finish tags, though it took all it
+    wanted and popped no further: the next account to join starts virtual time again at 0
+    without deleting them itself (an enqueue into an empty queue saves that command)."""
+    backlog(store, {"a": 2, "b": 1})
+    assert claims(store, 3) == ["a", "b", "a"]
+    qk = store.keys.queue("default")
+    assert not redis_client.exists(qk.tags, qk.finish)
+
+
+def test_the_reaper_forgets_finish_tags_an_empty_rotation_was_left_with(store, redis_client):
+    """A claim of an earlier release left them (it forgot them only when it popped the empty
+    rotation); kept, they would put accounts far behind the new virtual time."""
+    qk = store.keys.queue("default")
+    backlog(store, {"a": 1})
+    claims(store, 1)
+    redis_client.zadd(qk.finish, {"a": 7_000_000, "b": 9_000_000})
+    store.reap()
+    assert not redis_client.exists(qk.finish)
+
+
 
 def rings(redis_client, bell: str, run) -> int:
     """How many rings ``run()`` leaves on the doorbell ``bell`` (emptied first)."""
@@ -152,11 +173,11 @@ def test_a_claim_that_takes_the_account_it_promoted_wakes_no_idle_worker(store, 
 
 def test_a_claim_that_brings_back_more_than_it_takes_wakes_the_idle_workers(store,
                                                                              redis_client):
-    for account in ("a", "b"):
-        store.set_limit(account, AccountLimit(rate="20/s", burst=1))
+    for account in ("a", "b"):  # a token every 0.5 s: the claims below take far less
+        store.set_limit(account, AccountLimit(rate="2/s", burst=1))
     backlog(store, {"a": 3, "b": 3})
     assert sorted(claims(store, 3)) == ["a", "b"]  # each took its token: both deferred
-    time.sleep(0.06)  # both tokens are there; a claim of one job leaves the other's
+    time.sleep(0.55)  # both tokens are there; a claim of one job leaves the other's
     bell = store.keys.queue("default").bell
     assert rings(redis_client, bell, lambda: claims(store, 1)) == 1
 

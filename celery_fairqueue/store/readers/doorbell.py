@@ -53,9 +53,10 @@ class DoorbellWait:
         return [[key for shard in shards for key in shard.doorbells(queues, keeps_time, bells)]
                 for shards in DoorbellWait.shards_of(store)]
 
-    def wait(self, keys: Sequence[str], timeout: float) -> str | None:
+    def wait(self, keys: Sequence[str], timeout: float) -> tuple[str, float] | None:
         """Block up to ``timeout`` seconds for a ring on one of ``keys``; the doorbell that rang
-        (the store learns which shard's: ShardedStore.woken), or None."""
+        (the store learns which shard's: ShardedStore.woken) and the ring's score (a call on a
+        queue's clock: the due time it was made for, on Redis's clock), or None."""
         try:
             if self._id is None and not is_cluster(self._client):
                 self._id = int(self._client.client_id())
@@ -66,7 +67,7 @@ class DoorbellWait:
             return None
         key = str(popped[0])
         self.store.woken(key)
-        return key
+        return key, float(popped[2])
 
     def sweep(self, shards: Sequence[FairStore], queues: Sequence[str]) -> None:
         """Ring each doorbell of ``queues`` on ``shards`` whose rotation holds accounts that

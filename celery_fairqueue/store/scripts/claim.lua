@@ -12,11 +12,11 @@
 --   which limits bind the account in the queue: its own or the store's default, with its own
 --     in the queue or the queue's default (binding_limits in lib/limits.lua);
 --   whether they let it run: window, concurrency cap, a token from each bucket (window_wake
---     and take_token in lib/limits.lua);
+--     and take_token in lib/limits.lua); what a "no" does: deferred until when, or held at
+--     its cap, and why (defer, hold_at_cap, record_deferral, here);
 --   whether the queue's shared limit lets it run (queue_quota, quota_full and the shared
 --     bucket in take_token, lib/limits.lua); a "no" stops the queue for this claim, the
---     account keeping its turn (wait_for_quota, here); what a "no" does: deferred until when, or held at its cap,
---     and why (defer, hold_at_cap, record_deferral, here);
+--     account keeping its turn (wait_for_quota, here);
 --   whether a job is poison (delivered too often) and dead-lettered (dead_letter, lib/leases.lua);
 --   when the worker should ask again, and whether to ring the doorbell for another worker.
 -- The rotation is start-time fair queueing (join_rotation in lib/rotation.lua): the account with the
@@ -47,7 +47,9 @@
 -- stream on: 9 commands (ZPOPMIN, ZRANGEBYLEX, HGET and HSET of its record, ZREM, ZADD of its
 -- account's next turn, ZADD of its lease, SET of its marker, XADD); an ack riding along 3 to 5
 -- (HGET and HDEL of its record, ZREM of its lease; after a success, SET of the key's done
--- marker and XADD). An account with a concurrency cap adds its running count to both.
+-- marker and XADD). An account with a concurrency cap adds its running count to both. A queue
+-- with a shared rate adds its bucket's HMGET and HSET (an account's own buckets ride in the
+-- same two), a shared concurrency the queue's running count.
 -- include: keys events records markers limits rotation leases
 local want, lease, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local batch, max_skips, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -62,29 +64,6 @@ local function queue_at(i)
   queues[i] = queues[i] or queue_keys(i)
   return queues[i]
 end
-
--- the store's one default limit (set_default_limit.lua), not this worker's own setting, and
--- the shared limit of each queue claimed from (queue_limit.lua), in one HMGET; and whether any
--- account has a limit of its own (the fields beyond those): else none is asked; neither for
--- a claim that only settles acks (no queue)
-local stored_default, shared_limits = false, 0
-if nq > 0 then
-  local fields = {'*'}
-  for n = 1, nq do
-    fields[n + 1] = queue_limit_field(queue_at(n).name)
-  end
-  local held = redis.call('HMGET', K_LIMITS, unpack(fields))
-  stored_default = held[1]
-  for n = 1, nq do
-    if held[n + 1] then
-      queues[n].quota = queue_quota(queues[n], held[n + 1])
-      shared_limits = shared_limits + 1
-    end
-  end
-end
-local default_limit = stored_default or ARGV[4]
-local own_limits = nq > 0 and
-  redis.call('HLEN', K_LIMITS) > (stored_default and 1 or 0) + shared_limits
 
 local lost, acked = {}, 0
 for n = 0, tonumber(ARGV[12]) - 1 do
@@ -109,8 +88,10 @@ end
 -- A due job joins its account's FIFO at the time it became due (its new seq, written to its
 -- record), so it waits behind the jobs that were ready before it, and its wait counts from then.
 local function promote_delayed(qk)
-  for _, job_id in ipairs(redis.call('ZRANGEBYSCORE', qk.delayed, '-inf', now, 'LIMIT', 0, batch)) do
-    local due = tonumber(redis.call('ZSCORE', qk.delayed, job_id))
+  local due_jobs = redis.call('ZRANGEBYSCORE', qk.delayed, '-inf', now, 'WITHSCORES', 'LIMIT', 0,
+                             batch)
+  for n = 1, #due_jobs, 2 do
+    local job_id, due = due_jobs[n], tonumber(due_jobs[n + 1])
     redis.call('ZREM', qk.delayed, job_id)
     local job = read_job(job_id)
     if job then
@@ -146,9 +127,45 @@ local function promote(qk)
   end
 end
 
+-- The limits stored for ``account`` in queue ``qk``, packed: its own, else the store's one
+-- default limit (set_default_limit.lua), not this worker's own setting; and its own in the
+-- queue, else the queue's default (nil: none). The first account to come up reads them in one
+-- HMGET with the default and the shared limit of each queue claimed from (queue_limit.lua;
+-- a claim that finds no account reads nothing); whether any account has a limit of its own
+-- (fields beyond those) is asked at the second: while none has, no other account's is asked.
+local default_limit, own_limits, stored_default, shared_limits = nil, nil, nil, 0
+local function limits_of(qk, account)
+  local own, own_here, default_here
+  if default_limit == nil then
+    local fields = {account, in_queue_field(qk.name, account), in_queue_field(qk.name, '*'), '*'}
+    for n = 1, nq do
+      fields[#fields + 1] = queue_limit_field(queues[n].name)
+    end
+    local held = redis.call('HMGET', K_LIMITS, unpack(fields))
+    own, own_here, default_here, stored_default = held[1], held[2], held[3], held[4]
+    default_limit = stored_default or ARGV[4]
+    for n = 1, nq do
+      if held[4 + n] then
+        queues[n].quota = queue_quota(queues[n], held[4 + n])
+        shared_limits = shared_limits + 1
+      end
+    end
+    return own or default_limit, own_here or default_here or nil
+  end
+  if own_limits == nil then
+    own_limits = redis.call('HLEN', K_LIMITS) > (stored_default and 1 or 0) + shared_limits
+  end
+  if not own_limits then
+    return default_limit, nil
+  end
+  own, own_here, default_here = unpack(redis.call('HMGET', K_LIMITS, account,
+    in_queue_field(qk.name, account), in_queue_field(qk.name, '*')))
+  return own or default_limit, own_here or default_here or nil
+end
+
 -- The claim skips the account: the one place that decides why (DeferReason: rate_limited,
--- window_closed, concurrency_cap, slowed) and until when ('-': until a job of it ends), and records it
--- (records.Deferral) for the console and the CLI; cleared when the account rotates in again.
+-- window_closed, concurrency_cap, slowed) and until when ('-': until a job of it ends), and
+-- records it (records.Deferral) for the console and the CLI; cleared when the account rotates in again.
 local function record_deferral(qk, account, reason, due)
   redis.call('HSET', qk.deferrals, account,
              reason .. ' ' .. (due and string.format('%.6f', due) or '-'))
@@ -162,10 +179,11 @@ local function defer(qk, account, reason, wake)
   redis.call('ZADD', qk.deferred, wake, account)
   if not keeps_time and wake < math.min(qk.next_deferred or math.huge,
                                         qk.next_delayed or math.huge) then
-    call_keeper(qk)
+    call_keeper(qk, wake)
   end
   qk.next_deferred = math.min(qk.next_deferred or wake, wake)
   redis.call('HINCRBY', K_STATS, 'deferred', 1)
+  redis.call('HINCRBY', K_STATS, 'deferred_' .. reason, 1)  -- by reason, for the metric
   emit('e', 'account_deferred', 'q', qk.name, 'a', account, 'at', now, 'due', wake)
 end
 
@@ -177,17 +195,24 @@ local function hold_at_cap(qk, account)
   redis.call('HINCRBY', K_STATS, 'capped', 1)
 end
 
--- The queue is at its shared limit (set_queue_limit), or its provider asked it to slow down:
--- nothing more of it in this claim, and no ring for another worker. At its rate, the claim returns when its next token is there (or
--- calls the time keeper, as a deferral does); at its concurrency, a job's end brings the
--- worker that ran it back. The waiting accounts keep their tags: the fair order decides who
--- gets the next token.
-local function wait_for_quota(qk, due)
+-- The queue waits: nothing more of it in this claim, and no ring for another worker; at
+-- ``due`` (nil: when a job's end brings the worker that ran it back) the claim returns (or the
+-- time keeper is called, as for a deferral). Its provider asked it to slow down (queue_paused),
+-- or it is at its shared limit (wait_for_quota).
+local function queue_waits(qk, due)
   if due and not keeps_time and due < math.min(qk.next_deferred or math.huge,
                                                qk.next_delayed or math.huge) then
-    call_keeper(qk)
+    call_keeper(qk, due)
   end
   qk.next_deferred = due and math.min(qk.next_deferred or due, due) or qk.next_deferred
+end
+
+-- The queue is at its shared limit (set_queue_limit): it waits (queue_waits) until its next
+-- token is there, at its rate; at its concurrency, until a job's end. The waiting accounts
+-- keep their tags: the fair order decides who gets the next token.
+local function wait_for_quota(qk, due)
+  queue_waits(qk, due)
+  redis.call('HINCRBY', K_STATS, 'deferred_queue_quota', 1)
 end
 
 -- Try the account at the head of the rotation (its virtual tag ``tag`` and the weight it joined
@@ -227,7 +252,11 @@ local function claim_from(qk, account, tag, joined_weight)
     defer(qk, account, 'slowed', slowed)
     return nil
   end
-  local limit = binding_limits(qk, account, default_limit, own_limits, now)
+  local packed, here = limits_of(qk, account)
+  if quota_full(qk) then
+    return nil, nil, 'quota'  -- the queue runs all it may: the account keeps its turn
+  end
+  local limit = binding_limits(qk, packed, here, now, account)
   if limit.wake then
     defer(qk, account, 'window_closed', limit.wake)
     return nil
@@ -291,14 +320,14 @@ end
 local out, claimed, skips, live, empty = {-1, lost, 0}, 0, 0, nq, {}
 for i = 1, nq do
   promote(queue_at(i))
-  queues[i].weight_change = 0
+  queues[i].weight_change, queues[i].finished = 0, {}
   local paused, slowed = queue_paused(queues[i])
   if paused or slowed then
-    queues[i].paused = true
     empty[i] = true  -- paused by an operator, or slowed down by its provider: jobs stay ready
     live = live - 1
     if slowed and not paused then
-      wait_for_quota(queues[i], slowed)  -- the worker (or the time keeper) comes back then
+      queue_waits(queues[i], slowed)  -- the worker (or the time keeper) comes back then
+      redis.call('HINCRBY', K_STATS, 'deferred_slowed', 1)  -- by reason, for the metric
     end
   end
 end
@@ -306,11 +335,7 @@ end
 local i = tonumber(ARGV[8]) - 1
 while claimed < want and live > 0 and skips <= max_skips do
   i = i % nq + 1
-  if not empty[i] and quota_full(queues[i]) then
-    wait_for_quota(queues[i], nil)
-    empty[i] = true
-    live = live - 1
-  elseif not empty[i] then
+  if not empty[i] then
     local qk = queues[i]
     local popped = redis.call('ZPOPMIN', qk.tags)
     local account, joined_weight
@@ -318,13 +343,8 @@ while claimed < want and live > 0 and skips <= max_skips do
       account, joined_weight = split_rotation_member(popped[1])
     end
     local tag = tonumber(popped[2])
-    if not account then
-      redis.call('DEL', qk.finish)  -- no account waits: virtual time starts again
-      if SHARDED then
-        redis.call('SET', qk.weight, 0)  -- and its weight is none, exactly
-        qk.weight_change = 0
-      end
-      empty[i] = true
+    if not account then  -- no account waits
+      empty[i], qk.drained = true, true
       live = live - 1
     else
       qk.weight_change = qk.weight_change - joined_weight
@@ -366,19 +386,24 @@ end
 -- a rotation this claim leaves work in (it took all it wanted, or promoted more than it took):
 -- the doorbell wakes one more idle worker, who rings again if it leaves work too
 for n = 1, nq do
-  if not empty[n] and redis.call('ZCARD', queues[n].tags) > 0 then
-    ring(queues[n])
+  if not empty[n] then
+    if redis.call('ZCARD', queues[n].tags) > 0 then
+      ring(queues[n])
+    else  -- emptied by its last pop: as good as found empty (leave_tags; join_rotation)
+      empty[n], queues[n].drained = true, true
+    end
   end
+  leave_tags(queues[n])
 end
 -- what the queues claimed from can run now, by weight, for the worker's choice of a shard
 if SHARDED then
   local runnable = 0
   for n = 1, nq do
-    local weight = redis.call('INCRBY', queues[n].weight, queues[n].weight_change)
-    if weight <= 0 and not empty[n] then  -- none kept yet (a store of one shard, moving)
-      weight = weigh_rotation(queues[n])
-    end
-    if not queues[n].paused then
+    if not empty[n] then  -- an empty rotation's weight is none, whatever it says (join_rotation)
+      local weight = redis.call('INCRBY', queues[n].weight, queues[n].weight_change)
+      if weight <= 0 then  -- none kept yet (a store of one shard, moving)
+        weight = weigh_rotation(queues[n])
+      end
       runnable = runnable + weight
     end
   end

@@ -8,7 +8,8 @@
 --       [5] an instance id to create should there be none, [6] milliseconds the worker keeps a
 --       queue's time without another beat (0: it gives the time up), [7..] job ids.
 -- Returns {the ids whose lease this worker no longer owns (they were reaped), the store's
--- instance id, the number of registered workers, the indexes of the queues whose time it keeps}.
+-- instance id, the number of registered workers, the indexes of the queues whose time it keeps,
+-- Redis's clock (epoch seconds, as text): the keeper's timers for its calls are on it}.
 -- include: keys leases fleet
 local lost = extend_leases(ARGV[1], tonumber(ARGV[2]), 7)
 if ARGV[3] ~= '' then  -- "": a shard other than the home one (store/shards/sharded.py)
@@ -16,4 +17,4 @@ if ARGV[3] ~= '' then  -- "": a shard other than the home one (store/shards/shar
 end
 local kept = keep_time(ARGV[1], tonumber(ARGV[6]))
 local instance = redis.call('SET', K_INSTANCE, ARGV[5], 'NX', 'GET') or ARGV[5]
-return {lost, instance, redis.call('ZCARD', K_WORKERS), kept}
+return {lost, instance, redis.call('ZCARD', K_WORKERS), kept, now_text()}

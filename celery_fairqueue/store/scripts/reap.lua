@@ -15,11 +15,18 @@ local index = queue_positions()
 local RENORMALISE_AT = 2 ^ 48
 
 -- The finish tags at or below the floor say nothing any more (join_rotation takes the floor
--- then), so they go; and tags past RENORMALISE_AT are shifted back by the floor, order kept. That last one costs
+-- then), so they go, and all of them when the rotation is empty (the claim that empties it
+-- forgets them; a claim of an earlier release may not have); and tags past RENORMALISE_AT are
+-- shifted back by the floor, order kept. That last one costs
 -- O(accounts in the rotation), once in at least 2^28 jobs (2^48 / VIRTUAL_TURN) of a queue
 -- that never ran empty (an empty rotation starts again at 0 by itself).
 local function tend_rotation(qk)
-  local floor = tonumber(redis.call('ZRANGE', qk.tags, 0, 0, 'WITHSCORES')[2] or '0')
+  local head = redis.call('ZRANGE', qk.tags, 0, 0, 'WITHSCORES')
+  if not head[1] then
+    redis.call('DEL', qk.finish)
+    return
+  end
+  local floor = tonumber(head[2])
   redis.call('ZREMRANGEBYSCORE', qk.finish, '-inf', floor)
   local top = tonumber(redis.call('ZRANGE', qk.tags, -1, -1, 'WITHSCORES')[2] or '0')
   if top < RENORMALISE_AT then

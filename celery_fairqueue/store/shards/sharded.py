@@ -284,18 +284,20 @@ class ShardedStore(FairStore):
         instances: list[str] = []
         live = 0
         keeps: list[str] = []
+        offset = 0.0
         for n, shard in enumerate(self.shards):
             mine = [job_id for job_id, at in known.items() if at == n]
             beat = shard.beat(worker_id, registration if n == 0 else None, mine + unknown,
                               keeping=keeping)
             keeps += beat.keeps
+            offset = beat.clock_offset if n == 0 else offset  # the home's clock keeps the time
             lost += [job_id for job_id in beat.lost if job_id in known]
             missing = set(beat.lost) & set(unknown)
             lost_everywhere = missing if lost_everywhere is None else lost_everywhere & missing
             instances.append(beat.instance)
             live = live or beat.live_workers
         return Beat(lost=lost + sorted(lost_everywhere or ()), instance=",".join(instances),
-                    live_workers=live, keeps=keeps)
+                    live_workers=live, keeps=keeps, clock_offset=offset)
 
     def instance(self) -> str:
         """The shards' instance ids: one of them new means that shard lost its data."""
@@ -350,12 +352,10 @@ class ShardedStore(FairStore):
             yield from FairStore.limits(shard)
 
     def limits_in_queues(self) -> Iterator[tuple[str, str | None, AccountLimit]]:
-        """The accounts' limits in one queue from every shard; the queues' defaults, which every
-        shard holds a copy of, from the home."""
+        """The accounts' limits in a queue from every shard; the queues' defaults (every shard
+        holds a copy) from the home."""
         for n, shard in enumerate(self.shards):
-            yield from ((queue, account, limit)
-                        for queue, account, limit in FairStore.limits_in_queues(shard)
-                        if account is not None or n == 0)
+            yield from (row for row in FairStore.limits_in_queues(shard) if row[1] or n == 0)
 
     def refresh_windows(self) -> int:
         return sum(FairStore.refresh_windows(shard) for shard in self.shards)

@@ -2,11 +2,12 @@
 jobs they run. The decisions are the scripts': a lease's renewal in ``heartbeat.lua``, the
 return of expired leases in ``reap.lua``, a registration in ``register_worker.lua``, every
 process's reading of the store's number of shards in ``read_layout.lua``. An idle worker's wait
-for work is readers/wakeups.py."""
+for work is readers/doorbell.py."""
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,6 +50,9 @@ class Beat:
     instance: str
     live_workers: int
     keeps: list[str] = field(default_factory=list)
+    #: Redis's clock less this process's (``time.time()``), seconds, as the beat saw it: the
+    #: time keeper's calls carry due times on Redis's clock (worker/doorbell.py)
+    clock_offset: float = 0.0
 
 
 
@@ -82,13 +86,15 @@ class Fleet(StoreDoor):
         holds the registry and the keepers)."""
         queues = list(registration.queues) if registration is not None else []
         keeper_ms = int(KEEPER_BEATS * self.settings.heartbeat_interval * 1000) if keeping else 0
-        lost, instance, workers, kept = self._run(
+        sent = time.time()
+        lost, instance, workers, kept, now = self._run(
             "heartbeat", [self.keys.queue(queue) for queue in queues], [
                 worker_id, self.settings.lease_seconds,
                 registration.to_json() if registration is not None else "",
                 self.registry_ttl(), uuid.uuid4().hex, keeper_ms, *job_ids])
         return Beat(lost=list(lost), instance=str(instance), live_workers=int(workers),
-                    keeps=[queues[int(n) - 1] for n in kept])
+                    keeps=[queues[int(n) - 1] for n in kept],
+                    clock_offset=float(now) - (sent + time.time()) / 2)
 
     def read_layout(self, process_id: str, name: str, seconds: float) -> str:
         """The store's layout as its home records it (``"S"``, or ``"S>N"`` while a reshard

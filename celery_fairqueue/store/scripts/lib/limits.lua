@@ -55,19 +55,13 @@ local function window_wake(windows, now)
   return now + 60  -- every window is past: closed until a worker refreshes the schedule
 end
 
--- The limits that bind ``account`` in queue ``qk`` at ``now``, as one: its own across its
--- queues (else ``fallback``, the store's default) and, when ``asked`` (the store holds limits
--- of its own: else no field is read), its own in this queue (else the queue's default). One
--- HMGET reads all three. Returns {weight (the store-wide limit's), cap (the smaller, 0: none),
--- wake (the later window's opening, nil: open), buckets (field, rate, burst, shared) to take a
--- token from}: the queue's shared bucket last, when the queue has a shared rate (qk.quota).
-local function binding_limits(qk, account, fallback, asked, now)
-  local packed, here = fallback, nil
-  if asked then
-    local own, own_here, default_here = unpack(redis.call('HMGET', K_LIMITS, account,
-      in_queue_field(qk.name, account), in_queue_field(qk.name, '*')))
-    packed, here = own or fallback, own_here or default_here
-  end
+-- The limits that bind ``account`` in queue ``qk`` at ``now``, as one: ``packed``, its own
+-- across its queues (else the store's default), and ``here``, its own in this queue (else the
+-- queue's default; nil: none), as claim.lua read them (limits_of). Returns {weight (the
+-- store-wide limit's), cap (the smaller, 0: none), wake (the later window's opening, nil:
+-- open), buckets (field, rate, burst, shared) to take a token from}: the queue's shared bucket
+-- last, when the queue has a shared rate (qk.quota).
+local function binding_limits(qk, packed, here, now, account)
   local rate, burst, cap, windows, weight = split_limit(packed)
   local limit = {weight = weight, cap = cap, wake = window_wake(windows, now), buckets = {}}
   if rate > 0 then

@@ -67,7 +67,8 @@ local claiming = false
 
 -- The weight of an account (its own limit's, or the store's default limit's).
 local function account_weight(account)
-  local packed = redis.call('HGET', K_LIMITS, account) or redis.call('HGET', K_LIMITS, '*')
+  local own, default = unpack(redis.call('HMGET', K_LIMITS, account, '*'))
+  local packed = own or default
   return packed and select(5, split_limit(packed)) or 1
 end
 
@@ -85,24 +86,25 @@ local function ring(qk, rings)
   redis.call('ZADD', qk.bell, 'NX', unpack(members))
 end
 
--- Tell the queue's time keeper (QueueKeys.clock) that a due time came before all the others
--- it knew of: it arms its timer for it. One pending call is enough: the keeper's claim reads
--- the queue's first due times itself.
-local function call_keeper(qk)
-  redis.call('ZADD', qk.clock, 'NX', 0, 1)
+-- Tell the queue's time keeper (QueueKeys.clock) that a due time (``due``, on Redis's clock)
+-- came before all the others it knew of: it arms its timer for it (worker/doorbell.py). One
+-- pending call is enough, holding the earliest of the due times it was made for (LT).
+local function call_keeper(qk, due)
+  redis.call('ZADD', qk.clock, 'LT', due, 1)
 end
 
 -- In a sharded store the rotation keeps its runnable weight (qk.weight: the sum of the weights
 -- its accounts joined with), which each claim returns: the workers choose a shard by it
 -- (store/shards/sharded.py), so that an account's share does not depend on how crowded its shard is.
+-- It is exact while the rotation holds an account; a claim that empties the rotation leaves it
+-- as it is (none is runnable, whatever it says), and the first account to join sets it afresh.
 local function join_rotation(qk, account, front)
   local head = redis.call('ZRANGE', qk.tags, 0, 0, 'WITHSCORES')
   local tag = tonumber(head[2] or '0')
   if front then
     tag = tag - 1
   end
-  if not head[1] then
-    redis.call('DEL', qk.finish)
+  if not head[1] then  -- qk.finish is empty too: the claim that emptied the rotation saw to it
     if not claiming then
       ring(qk)
     end
@@ -115,7 +117,10 @@ local function join_rotation(qk, account, front)
   end
   local weight = SHARDED and account_weight(account) or 1
   if SHARDED then
-    redis.call('INCRBY', qk.weight, weight)
+    redis.call(head[1] and 'INCRBY' or 'SET', qk.weight, weight)
+    if not head[1] then
+      qk.weight_change = 0  -- a claim under way counts its changes from this exact weight on
+    end
   end
   redis.call('ZADD', qk.tags, tag, rotation_member(account, weight))
 end
@@ -157,7 +162,7 @@ local function make_delayed(qk, account, job_id, due)
     redis.call('HINCRBY', qk.ndelayed, account, 1)
   end
   if redis.call('ZRANGE', qk.delayed, 0, 0)[1] == job_id then
-    call_keeper(qk)
+    call_keeper(qk, due)
   end
 end
 
@@ -239,11 +244,13 @@ local function next_tag(tag, weight)
 end
 
 -- The account's head job leaves ready; the account goes on in the rotation at ``tag`` if it has
--- ``more``, else leaves it and remembers ``tag`` (finish: join_rotation). ``held``: this job took
--- the account to its limit (its last token, its last slot under the cap): it leaves the
--- rotation now, remembering ``tag`` too, and the caller defers it; left in, it would come up
--- at its next turn only to be skipped, a wasted step of every claim per job of it.
--- ``qk.weight_change`` is the claim's running sum of the rotation's weight change.
+-- ``more``, else leaves it and remembers ``tag`` (finish: join_rotation; written when the claim
+-- ends, in one ZADD, and not at all when the claim finds the rotation empty, which forgets the
+-- finish tags: see leave_tags). ``held``: this job took the account to its limit (its last
+-- token, its last slot under the cap): it leaves the rotation now, remembering ``tag`` too,
+-- and the caller defers it; left in, it would come up at its next turn only to be skipped, a
+-- wasted step of every claim per job of it. ``qk.weight_change`` is the claim's running sum of
+-- the rotation's weight change.
 local function take_head(qk, account, head, more, tag, held, weight)
   redis.call('ZREM', qk.ready, head)
   if more then
@@ -255,6 +262,18 @@ local function take_head(qk, account, head, more, tag, held, weight)
     end
   else
     redis.call('HDEL', qk.state, account)
-    redis.call('ZADD', qk.finish, tag, account)
+    qk.finished[#qk.finished + 1] = tag
+    qk.finished[#qk.finished + 1] = account
+  end
+end
+
+-- The finish tags of the accounts that left the rotation in this claim; when the claim found
+-- the rotation empty, none: no account waits, so virtual time starts again at the next to join
+-- (join_rotation), and no tag is left behind meanwhile.
+local function leave_tags(qk)
+  if qk.drained then
+    redis.call('DEL', qk.finish)
+  elseif #qk.finished > 0 then
+    redis.call('ZADD', qk.finish, unpack(qk.finished))
   end
 end
