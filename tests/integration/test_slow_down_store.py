@@ -153,3 +153,18 @@ def test_on_a_sharded_store_an_accounts_hold_lives_on_its_shard_and_a_queues_on_
     assert sharded.lift_slow_down(None, "default") is True  # rings every shard's doorbell
     worker = make_store(shards=4, lease_seconds=30.0)  # a worker the doorbell woke
     assert claim_all(worker) == [("default", "acct5")]  # (acct1: its retry is due later)
+
+
+def test_why_an_account_waits_names_the_slow_down_its_cause_and_job_and_the_metric_counts_it(
+        store):
+    from celery_fairqueue.reasons import format_clock, reason_text
+    from celery_fairqueue.store import ConsoleReader
+
+    fill(store, "acme", 2)
+    task_id = retry_slowed(store, "acme", 30)
+    assert claim_all(store) == []
+    [state] = ConsoleReader(store).account_state("acme", ["default"])
+    assert state.reason == "slowed" and state.deferred == 2
+    assert reason_text(state) == (f"the provider asked to slow down until "
+                                  f"{format_clock(state.until)} (429 on job {task_id})")
+    assert store.stats()["deferred_slowed"] == 1  # fairqueue_deferrals_total{reason="slowed"}
