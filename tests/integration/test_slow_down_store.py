@@ -168,3 +168,25 @@ def test_why_an_account_waits_names_the_slow_down_its_cause_and_job_and_the_metr
     assert reason_text(state) == (f"the provider asked to slow down until "
                                   f"{format_clock(state.until)} (429 on job {task_id})")
     assert store.stats()["deferred_slowed"] == 1  # fairqueue_deferrals_total{reason="slowed"}
+
+
+def test_a_reshard_moves_an_accounts_hold_with_the_account(redis_server, redis_client):
+    from celery_fairqueue.settings import FairqueueSettings
+    from celery_fairqueue.store import open_store
+    from celery_fairqueue.store.shards.reshard import Resharder
+
+    def settings(shards: int) -> FairqueueSettings:
+        return FairqueueSettings(redis_url=redis_server.url, shards=shards,
+                                 shards_check_interval=0.05)
+
+    store = open_store(settings(4))
+    for n in range(12):
+        fill(store, f"acct{n}", 2)
+    retry_slowed(store, "acct0", 300)  # on shard 2 of 4, then 15 of 16
+    Resharder(settings(4), 16, settle=0).run()
+    moved = open_store(settings(16))
+    [hold] = moved.slow_downs()
+    assert (hold.account, hold.queue) == ("acct0", "default")
+    home = moved.shard_for("acct0")
+    assert home.client.hexists(home.keys.pauses, slow_down_field("acct0", "default"))
+    assert ("default", "acct0") not in claim_all(moved)  # still held on its new shard

@@ -78,3 +78,37 @@ def test_any_retry_after_gives_a_verdict_within_both_caps(value):
     assert verdict.retry_in is not None and 0 <= verdict.retry_in <= 86400
     assert verdict.slow_down is None or 0 < verdict.slow_down <= 3600
     assert (verdict.slow_down is None) == (not retry_after(exc, 1000.0))
+
+
+def scoped(scope: str):
+    from celery_fairqueue.slowdown import ScopedSlowDown
+
+    return type("Task", (ScopedSlowDown,), {"name": "t", "slow_down_scope": scope})()
+
+
+def test_the_task_option_chooses_the_scope_and_slow_down_scope_job_retries_only_the_job():
+    from celery_fairqueue.protocol import SLOW_DOWN_OPTION
+
+    exc = HTTPError(429, {"Retry-After": "7"})
+    verdict = policy.after_failure(exc, 1, longest=86400, longest_slow_down=3600)
+    assert scoped("account").slow_down(exc, verdict) == {
+        "countdown": 7.0, SLOW_DOWN_OPTION: ("account", 7.0, "429")}
+    assert scoped("queue").slow_down(exc, verdict)[SLOW_DOWN_OPTION][0] == "queue"
+    assert scoped("job").slow_down(exc, verdict) == {}
+    own = SlowDown(7, scope="queue")
+    mine = policy.after_failure(own, 1, longest=86400, longest_slow_down=3600)
+    assert scoped("account").slow_down(own, mine)[SLOW_DOWN_OPTION][0] == "queue"
+
+
+def test_an_unknown_slow_down_scope_is_refused_when_the_task_is_bound():
+    from celery import Celery
+
+    from celery_fairqueue import FairTask
+
+    app = Celery("scopes", set_as_current=False)
+    with pytest.raises(ConfigurationError, match=r"task .*slow_down_scope must be one of"):
+        @app.task(base=FairTask, shared=False, slow_down_scope="provider")
+        def send(account_id):
+            return account_id
+
+        send.bind(app)

@@ -55,7 +55,7 @@ end
 -- it moved to (status 7, that shard's index). While the store moves, the caller says where the
 -- account goes ([16]): one that holds nothing here that the job depends on (ready or delayed
 -- jobs in any queue, jobs running under a cap, the job's own delivery or business key, a limit
--- or a bucket (across its queues or in one), a pause) moves there at once, marked moved (its
+-- or a bucket (across its queues or in one), a pause or a provider's slow-down) moves there at once, marked moved (its
 -- other done markers and dead letters follow with the reshard); one that does is frozen here (freeze_account), and moved with this
 -- job by the reshard.
 if SHARDED then
@@ -70,7 +70,8 @@ if SHARDED then
     end
     if redis.call('HLEN', tag .. 'pauses') > 0 and
         (redis.call('HEXISTS', tag .. 'pauses', 'a:' .. account .. ':*') == 1 or
-         redis.call('HEXISTS', tag .. 'pauses', 'a:' .. account .. ':' .. queue) == 1) then
+         redis.call('HEXISTS', tag .. 'pauses', 'a:' .. account .. ':' .. queue) == 1 or
+         redis.call('HEXISTS', tag .. 'pauses', 's:' .. account .. ':' .. queue) == 1) then
       return true
     end
     local low, high = member_range(account)
