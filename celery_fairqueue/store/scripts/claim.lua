@@ -85,44 +85,50 @@ end
 
 -- A due job joins its account's FIFO at the time it became due (its new seq, written to its
 -- record), so it waits behind the jobs that were ready before it, and its wait counts from then.
-local function promote_delayed(qk)
-  local due_jobs = redis.call('ZRANGEBYSCORE', qk.delayed, '-inf', now, 'WITHSCORES', 'LIMIT', 0,
-                             batch)
-  for n = 1, #due_jobs, 2 do
-    local job_id, due = due_jobs[n], tonumber(due_jobs[n + 1])
-    redis.call('ZREM', qk.delayed, job_id)
-    local job = read_job(job_id)
-    if job then
-      hincr_or_drop(qk.ndelayed, job.account, -1)
-      job.seq = ready_seq(string.sub(job.seq, 1, 1), math.floor(due * 1000000))
-      write_job(job_id, job)
-      make_ready(qk, job.account, job.seq, job_id)
-      emit('e', 'promoted', 'job', job_id, 'at', now)
-    end
+local function promote_job(qk, job_id, due)
+  redis.call('ZREM', qk.delayed, job_id)
+  local job = read_job(job_id)
+  if job then
+    hincr_or_drop(qk.ndelayed, job.account, -1)
+    job.seq = ready_seq(string.sub(job.seq, 1, 1), math.floor(due * 1000000))
+    write_job(job_id, job)
+    make_ready(qk, job.account, job.seq, job_id)
+    emit('e', 'promoted', 'job', job_id, 'at', now)
   end
 end
 
-local function promote_deferred(qk)
-  for _, account in ipairs(redis.call('ZRANGEBYSCORE', qk.deferred, '-inf', now, 'LIMIT', 0, batch)) do
-    redis.call('ZREM', qk.deferred, account)
-    rotate_in_or_forget(qk, account, true)
-    emit('e', 'account_ready', 'q', qk.name, 'a', account, 'at', now)
-  end
+local function promote_account(qk, account)
+  redis.call('ZREM', qk.deferred, account)
+  rotate_in_or_forget(qk, account, true)
+  emit('e', 'account_ready', 'q', qk.name, 'a', account, 'at', now)
 end
 
--- Due delayed jobs become ready; accounts whose deferral is over rejoin the rotation. Each set's
--- head is read first (usually it is not due: nothing to promote) and kept on qk as the next due
--- time the claim returns; a deferral the claim itself makes lowers it (see defer).
+-- What is due in a sorted set of due times (delayed jobs, deferred accounts) is promoted, up to
+-- a batch; returns the next due time after them, or nil. Its first two entries are read: when
+-- only the first is due (a trickle), that read is all it takes.
+local function promote_due(qk, key, promote_one)
+  local head = redis.call('ZRANGE', key, 0, 1, 'WITHSCORES')
+  local first, second = tonumber(head[2]), tonumber(head[4])
+  if not first or first > now then
+    return first
+  end
+  if not second or second > now then
+    promote_one(qk, head[1], first)
+    return second
+  end
+  local due = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, batch)
+  for n = 1, #due, 2 do
+    promote_one(qk, due[n], tonumber(due[n + 1]))
+  end
+  return first_due(key)
+end
+
+-- Due delayed jobs become ready; accounts whose deferral is over rejoin the rotation. The next
+-- due time of each set is kept on qk, and the claim returns the earlier; a deferral the claim
+-- itself makes lowers it (see defer).
 local function promote(qk)
-  qk.next_delayed, qk.next_deferred = first_due(qk.delayed), first_due(qk.deferred)
-  if qk.next_delayed and qk.next_delayed <= now then
-    promote_delayed(qk)
-    qk.next_delayed = first_due(qk.delayed)
-  end
-  if qk.next_deferred and qk.next_deferred <= now then
-    promote_deferred(qk)
-    qk.next_deferred = first_due(qk.deferred)
-  end
+  qk.next_delayed = promote_due(qk, qk.delayed, promote_job)
+  qk.next_deferred = promote_due(qk, qk.deferred, promote_account)
 end
 
 -- The limits stored for ``account`` in queue ``qk``, packed: its own, else the store's one
