@@ -262,7 +262,7 @@ local function claim_from(qk, account, tag, joined_weight)
   if quota_full(qk) then
     return nil, nil, 'quota'  -- the queue runs all it may: the account keeps its turn
   end
-  local limit = binding_limits(qk, packed, here, now, account)
+  local limit = binding_limits(qk, account, packed, here, now)
   if limit.wake then
     defer(qk, account, 'window_closed', limit.wake)
     return nil

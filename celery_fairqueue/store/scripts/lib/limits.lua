@@ -61,7 +61,7 @@ end
 -- store-wide limit's), cap (the smaller, 0: none), wake (the later window's opening, nil:
 -- open), buckets (field, rate, burst, shared) to take a token from}: the queue's shared bucket
 -- last, when the queue has a shared rate (qk.quota).
-local function binding_limits(qk, packed, here, now, account)
+local function binding_limits(qk, account, packed, here, now)
   local rate, burst, cap, windows, weight = split_limit(packed)
   local limit = {weight = weight, cap = cap, wake = window_wake(windows, now), buckets = {}}
   if rate > 0 then
