@@ -190,3 +190,12 @@ def test_a_reshard_moves_an_accounts_hold_with_the_account(redis_server, redis_c
     home = moved.shard_for("acct0")
     assert home.client.hexists(home.keys.pauses, slow_down_field("acct0", "default"))
     assert ("default", "acct0") not in claim_all(moved)  # still held on its new shard
+
+
+def test_the_reaper_forgets_a_hold_that_ended_for_an_account_that_never_came_back(store):
+    retry_slowed(store, "acme", 30)
+    retry_slowed(store, "other", 30, scope="queue")
+    end_holds(store)
+    assert store.client.hlen(store.keys.pauses) == 2  # nothing of acme's comes up to drop it
+    store.reap()
+    assert store.client.hlen(store.keys.pauses) == 0  # each claim: one HLEN answers again
