@@ -143,12 +143,15 @@ class FairDispatcher:
         """Pool slots not taken by a broker task or by a fair job this worker still holds.
 
         A held job counts until its ack is settled, which runs a loop turn after the request
-        leaves ``reserved_requests``; counting it keeps the leases at most the pool size. The
-        set is copied first (one step under the GIL): the threads pool's threads take their
-        requests out of it while this loop counts ("Set changed size during iteration").
+        leaves ``reserved_requests``; counting it keeps the leases at most the pool size.
+        The threads pool's threads take their requests out of that set while this loop counts,
+        and it is a ``WeakSet``, whose own iteration and ``copy()`` are Python code that they
+        interleave with ("Set changed size during iteration" killed the worker): its weak
+        references are copied in one C call instead, a single step under the GIL.
         """
-        broker_tasks = sum(1 for request in worker_state.reserved_requests.copy()
-                           if not isinstance(request.message.channel, Lease))
+        refs = list(worker_state.reserved_requests.data)
+        broker_tasks = sum(1 for ref in refs if (request := ref()) is not None
+                           and not isinstance(request.message.channel, Lease))
         return int(self.consumer.pool.num_processes) - broker_tasks - len(self.held)
 
     def wake(self) -> None:

@@ -91,10 +91,16 @@ def listen(app: Celery) -> None:
 def make_recorder(redis_client: object, database: str) -> Iterator[Callable[..., Recorder]]:
     """``make_recorder(app, **options)``: a Recorder on the test's database, group created."""
 
-    def make(app: Celery, name: str = "test", **options: object) -> Recorder:
+    def make(app: Celery, name: str = "test", prune: bool = False, **options: object
+             ) -> Recorder:
+        """``prune``: the recorder prunes in its idle time, as a deployed one does. Off unless
+        a test asks: the tests' events are timed in 2023 (test_recorder.Stream), past every
+        retention, so an idle recorder would delete the rows a test is about to read."""
         options.setdefault("block_ms", 100)
         options.setdefault("max_backoff", 0.5)
         recorder = Recorder(app, name, **options)  # type: ignore[arg-type]
+        if not prune:
+            recorder.pruner = None
         recorder.reader.ensure_group()
         listen(app)
         return recorder

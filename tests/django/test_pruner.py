@@ -112,7 +112,7 @@ def test_the_leading_recorder_prunes_in_its_idle_time(database, fair, start_reco
     now = time.time()
     recorded("old", Status.SUCCEEDED, 8 * DAY, now=now)
     recorded("young", Status.SUCCEEDED, timedelta(hours=1).total_seconds(), now=now)
-    start_recorder(fair.app)
+    start_recorder(fair.app, prune=True)
     assert wait_until(lambda: not Job.objects.filter(job_key="old").exists(), 5)
     assert Job.objects.filter(job_key="young").exists()
 

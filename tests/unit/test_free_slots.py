@@ -2,6 +2,7 @@
 their finished requests out of Celery's set of reserved ones (celery.worker.state)."""
 
 import threading
+import weakref
 from types import SimpleNamespace
 
 from celery.worker import state as worker_state
@@ -17,9 +18,12 @@ class Request:
 
 def test_counting_free_slots_survives_requests_leaving_from_other_threads(monkeypatch):
     """Iterating the set as it changed raised "Set changed size during iteration" in the
-    event loop, and the worker died (a busy worker counts every 25 ms)."""
+    event loop, and the worker died (a busy worker counts every 25 ms). Celery's set is a
+    WeakSet, whose ``copy()`` iterates in Python code too: the first fix copied it, and a
+    worker still died so in a full run."""
+    assert isinstance(worker_state.reserved_requests, weakref.WeakSet)
     requests = {Request() for _ in range(2000)}
-    monkeypatch.setattr(worker_state, "reserved_requests", set(requests))
+    monkeypatch.setattr(worker_state, "reserved_requests", weakref.WeakSet(requests))
     dispatcher = SimpleNamespace(consumer=SimpleNamespace(pool=SimpleNamespace(
         num_processes=8)), held={})
     stop = threading.Event()
