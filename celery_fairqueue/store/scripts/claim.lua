@@ -171,7 +171,8 @@ end
 
 -- The claim skips the account: the one place that decides why (DeferReason: rate_limited,
 -- window_closed, concurrency_cap, slowed) and until when ('-': until a job of it ends), and
--- records it (records.Deferral) for the console and the CLI; cleared when the account rotates in again.
+-- records it (records.Deferral) for the console and the CLI; cleared when the account rotates
+-- in again.
 local function record_deferral(qk, account, reason, due)
   redis.call('HSET', qk.deferrals, account,
              reason .. ' ' .. (due and string.format('%.6f', due) or '-'))

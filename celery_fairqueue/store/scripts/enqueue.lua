@@ -55,8 +55,8 @@ end
 -- it moved to (status 7, that shard's index). While the store moves, the caller says where the
 -- account goes ([16]): one that holds nothing here that the job depends on (ready or delayed
 -- jobs in any queue, jobs running under a cap, the job's own delivery or business key, a limit
--- or a bucket (across its queues or in one), a pause or a provider's slow-down) moves there at once, marked moved (its
--- other done markers and dead letters follow with the reshard); one that does is frozen here (freeze_account), and moved with this
+-- or a bucket (across its queues or in one), a pause or a provider's slow-down) moves there
+-- at once, marked moved (its other done markers and dead letters follow with the reshard); one that does is frozen here (freeze_account), and moved with this
 -- job by the reshard.
 if SHARDED then
   -- Whether the account holds anything here that this job depends on (see above): defined
