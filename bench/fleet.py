@@ -14,6 +14,9 @@ task's start.
 FairTask runs at each ``--shards`` (``fairqueue_shards``), on one Redis or, ``--cluster``,
 on a Redis Cluster of 3 primaries (every node's counters summed).
 
+``--breakdown``: each fair trickle's commands per job by name (Redis's ``commandstats``
+around the trickle, the idle fleet's rate of each taken off), to see where a job's commands go.
+
 ``--simulate N``: N waiters run the worker's real idle path in light threads of one process
 (worker/doorbell.py's ``Doorbell``, the store's BZPOPMIN and claim, the claim settling the
 previous job), without a Celery consumer, pool or broker connection: what N idle nodes cost
@@ -27,6 +30,7 @@ import json
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
@@ -54,15 +58,35 @@ class Cost(NamedTuple):
 #: Every Redis whose counters are read: the bench's redis-server, and the fair store's cluster
 #: primaries with ``--cluster`` (each its own counters, summed).
 NODES: list = []
+#: With ``--breakdown``: (monotonic time, calls by command name) at each reading of counters().
+READINGS: list[tuple[float, Counter[str]]] | None = None
 
 
 def counters(client) -> tuple[int, float]:
-    commands, cpu = 0, 0.0
+    commands, cpu, calls = 0, 0.0, Counter[str]()
+    sections = ["stats", "cpu", *(["commandstats"] if READINGS is not None else [])]
     for node in [client, *NODES]:
-        info = node.info()
+        info = node.info(*sections)
         commands += int(info["total_commands_processed"])
         cpu += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+        calls.update({name.removeprefix("cmdstat_"): int(stat["calls"])
+                      for name, stat in info.items() if name.startswith("cmdstat_")})
+    if READINGS is not None:
+        READINGS.append((time.monotonic(), calls))
     return commands, cpu
+
+
+def breakdown(jobs: int) -> str:
+    """The commands per job by name of the trickle just run (READINGS: the idle fleet's two
+    readings before it, its own two, the idle fleet's two after), the idle rate taken off."""
+    assert READINGS is not None
+    (t0, a0), (t1, a1), (t2, a2), (t3, a3), (t4, a4), (t5, a5) = READINGS[-6:]
+    per_job = {}
+    for name in a5:
+        idle = ((a1[name] - a0[name]) / (t1 - t0) + (a5[name] - a4[name]) / (t5 - t4)) / 2
+        per_job[name] = (a3[name] - a2[name] - idle * (t3 - t2)) / jobs
+    shown = sorted(((n, v) for n, v in per_job.items() if abs(v) >= 0.05), key=lambda p: -p[1])
+    return ", ".join(f"{name} {value:.2f}" for name, value in shown)
 
 
 def app_of(kind: str):
@@ -112,6 +136,8 @@ def trickle(client, kind: str, mode: str, jobs: int) -> Cost:
     records = [json.loads(r) for r in client.lrange("runs", 0, -1)]
     waits = [(started_at - enqueued) * 1e3 for _, enqueued, started_at, _ in records]
     used = after_commands - commands - idle_rate[0] * elapsed - polls - 1 - len(NODES)
+    if READINGS is not None and kind == "fair":
+        print(f"    {mode}, S = {os.environ[SHARDS_ENV]}, per job: {breakdown(done)}")
     return Cost(used / max(done, 1), (after_cpu - cpu - idle_rate[1] * elapsed) / max(done, 1)
                 * 1e6, percentile(waits, 50), percentile(waits, 99))
 
@@ -238,7 +264,11 @@ def main() -> None:
     parser.add_argument("--idle", action="store_true")
     parser.add_argument("--cluster", action="store_true",
                         help="the fair store on a Redis Cluster of 3 primaries")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="each fair trickle's commands per job, by name")
     options = parser.parse_args()
+    global READINGS
+    READINGS = [] if options.breakdown else None
     fleet = [int(w) for w in options.workers.split(",") if w]
     shard_counts = [int(s) for s in options.shards.split(",") if s]
     modes = options.modes.split(",")
