@@ -71,6 +71,12 @@ def fair_job(account: str, enqueued: float, seconds: float) -> None:
     _record(account, enqueued, seconds)
 
 
+@app.task(base=FairTask, account_arg="account")
+def fair_job_in(account: str, label: str, enqueued: float, seconds: float) -> None:
+    """fair_job, recorded as ``account@label`` (bench.queue_limits: the queue it ran from)."""
+    _record(f"{account}@{label}", enqueued, seconds)
+
+
 @app.task
 def plain_job(account: str, enqueued: float, seconds: float) -> None:
     _record(account, enqueued, seconds)

@@ -21,14 +21,18 @@ from .errors import (
 from .install import (
     cancel,
     clear_account_limit,
+    clear_default_limit,
+    clear_queue_limit,
     get_account_limit,
     get_default_limit,
+    get_queue_limit,
     install,
     pause,
     resume,
     run_now,
     set_account_limit,
     set_default_limit,
+    set_queue_limit,
 )
 from .limits import AccountLimit
 from .retry import PermanentError, RetryableError, RetryPolicy
@@ -64,13 +68,17 @@ __all__ = [
     "StoreUnavailableError",
     "cancel",
     "clear_account_limit",
+    "clear_default_limit",
+    "clear_queue_limit",
     "get_account_limit",
     "get_default_limit",
+    "get_queue_limit",
     "install",
     "pause",
     "resume",
     "run_now",
     "set_account_limit",
     "set_default_limit",
+    "set_queue_limit",
     "store_for",
 ]

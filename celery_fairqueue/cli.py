@@ -31,16 +31,15 @@ from .errors import (
 )
 from .install import pause as pause_account
 from .install import resume as resume_account
+from .limit_reports import default_limit_text, limits_command
 from .reports import (
     BatchOutcome,
     PurgeSelectionError,
     accounts_text,
     cancel_each,
     dead_letters_report,
-    default_limit_text,
     failure_lines,
     jobs_report,
-    limits_command,
     named_letters_report,
     pause_report,
     purge_each,
@@ -232,8 +231,14 @@ def scheduled(ctx: click.Context, queues: list[str] | None, limit: int, **kwargs
 @click.option("--account", cls=CeleryOption, help_group="Limit Options",
               help="Set this account's own limit to the options given (show it when none is "
                    "given); every worker applies it from its next claim.")
+@click.option("--queue", cls=CeleryOption, help_group="Limit Options",
+              help="Alone: set this queue's shared limit (all its accounts together: --rate, "
+                   "--burst, --concurrency), show it when none is given; with --account: the "
+                   "account's limit in this queue; with --default: the queue's default for its "
+                   "accounts.")
 @click.option("--clear", cls=CeleryOption, is_flag=True, help_group="Limit Options",
-              help="With --account: drop its own limit; the default applies again.")
+              help="Drop the limit the other options name (an account's own: the default "
+                   "applies again).")
 @click.option("--weight", cls=CeleryOption, type=int, help_group="Limit Options",
               help="Share of the claim beside accounts of weight 1 (default 1).")
 @click.option("--rate", cls=CeleryOption, help_group="Limit Options",
@@ -247,22 +252,23 @@ def scheduled(ctx: click.Context, queues: list[str] | None, limit: int, **kwargs
 @click.option("--tz", cls=CeleryOption, help_group="Limit Options",
               help="Time zone of the window.")
 @click.pass_context
-def limits(ctx: click.Context, set_default: bool, account: str | None, clear: bool,
-           weight: int | None, rate: str | None, burst: float | None,
+def limits(ctx: click.Context, set_default: bool, account: str | None, queue: str | None,
+           clear: bool, weight: int | None, rate: str | None, burst: float | None,
            concurrency: int | None, window: str | None, tz: str | None,
            **kwargs: Any) -> None:
-    """The store's default limit and the accounts' own limits with their weights; with
-    --default or --account, set one (no other option: no limit, weight 1)."""
+    """The store's default limit, the accounts' own limits with their weights and the queues'
+    limits; with --default, --account or --queue, set one (no other option: no limit, weight
+    1)."""
     app = _app(ctx)
     store = store_for(app)
     given = {"rate": rate, "burst": burst, "concurrency": concurrency, "window": window,
              "tz": tz, "weight": weight}
     try:
         ctx.obj.echo(limits_command(app, set_default=set_default, account=account, clear=clear,
-                                    given=given))
+                                    given=given, queue=queue))
     except InvalidLimitError as exc:
         raise click.UsageError(str(exc)) from None
-    if account is None:
+    if account is None and queue is None:
         ctx.obj.echo(default_limit_text(store.default_limit()))
 
 

@@ -9,7 +9,7 @@ from celery import Celery
 from celery.utils.imports import symbol_by_name
 
 from .errors import InvalidLimitError, StoreUnavailableError
-from .limits import AccountLimit
+from .limits import AccountLimit, check_queue_name
 from .protocol import task_id_of
 from .publish import install_publish_path
 from .redaction import RedactingFilter
@@ -50,41 +50,94 @@ def install(app: Celery) -> Celery:
 def set_account_limit(app: Celery, account: str, *, rate: str | None = None,
                       burst: float | None = None, concurrency: int | None = None,
                       window: str | None = None, tz: str | None = None,
-                      weight: int = 1) -> AccountLimit:
+                      weight: int = 1, queue: str | None = None) -> AccountLimit:
     """Limit one account and set its weight (its share of the claim beside accounts of weight
-    1); running workers apply it from their next claim, to jobs already waiting too."""
-    try:
-        limit = AccountLimit(rate=rate, burst=burst, concurrency=concurrency, window=window,
-                             tz=tz, weight=weight)
-    except InvalidLimitError as exc:
-        raise InvalidLimitError(f"account {str(account)[:200]!r}: {exc}") from None
-    store_for(app).set_limit(str(account), limit)
+    1); with ``queue``, its limit in that queue only, checked with its limit across its queues
+    (the weight is the account's across queues: not set here). Running workers apply it from
+    their next claim, to jobs already waiting too."""
+    scope = f"account {str(account)[:200]!r}" + _in_queue(queue)
+    limit = _limit(scope, queue, rate=rate, burst=burst, concurrency=concurrency, window=window,
+                   tz=tz, weight=weight)
+    store_for(app).set_limit(str(account), limit, queue)
     return limit
 
 
 def set_default_limit(app: Celery, *, rate: str | None = None, burst: float | None = None,
                       concurrency: int | None = None, window: str | None = None,
-                      tz: str | None = None, weight: int = 1) -> AccountLimit:
+                      tz: str | None = None, weight: int = 1,
+                      queue: str | None = None) -> AccountLimit:
     """The store's default limit, for accounts without their own; every worker applies it from
-    its next claim (the ``fairqueue_default_*`` settings only seed it, by the first worker)."""
-    limit = AccountLimit(rate=rate, burst=burst, concurrency=concurrency, window=window, tz=tz,
-                         weight=weight)
-    return store_for(app).set_default_limit(limit)
+    its next claim (the ``fairqueue_default_*`` settings only seed it, by the first worker).
+    With ``queue``: that queue's default, for its accounts without their own limit in it."""
+    limit = _limit("default limit" + _in_queue(queue), queue, rate=rate, burst=burst,
+                   concurrency=concurrency, window=window, tz=tz, weight=weight)
+    if queue is None:
+        return store_for(app).set_default_limit(limit)
+    store_for(app).set_queue_default_limit(queue, limit)
+    return limit
 
 
-def get_default_limit(app: Celery) -> AccountLimit | None:
-    """The store's default limit, or None while no worker or operator has set one."""
-    return store_for(app).default_limit()
+def set_queue_limit(app: Celery, queue: str, *, rate: str | None = None,
+                    burst: float | None = None, concurrency: int | None = None) -> AccountLimit:
+    """A limit the accounts of ``queue`` share (a provider's quota for the whole product),
+    checked by the claim with each account's own: past it, the queue's jobs wait (deferred,
+    no retry burned, no slot held) and its waiting accounts share it by their weights. Running
+    workers apply it from their next claim."""
+    limit = _limit(f"queue {str(queue)[:200]!r}", queue, rate=rate, burst=burst,
+                   concurrency=concurrency, weight=1)
+    store_for(app).set_queue_limit(queue, limit)
+    return limit
 
 
-def clear_account_limit(app: Celery, account: str) -> None:
-    """Remove an account's own limit; the store's default limit applies again."""
-    store_for(app).clear_limit(str(account))
+def get_queue_limit(app: Celery, queue: str) -> AccountLimit | None:
+    """``queue``'s shared limit, or None."""
+    return store_for(app).queue_limit(queue)
 
 
-def get_account_limit(app: Celery, account: str) -> AccountLimit | None:
-    """The account's own limit, or None when the default applies."""
-    return store_for(app).get_limit(str(account))
+def clear_queue_limit(app: Celery, queue: str) -> None:
+    """Drop ``queue``'s shared limit; its accounts keep their own."""
+    store_for(app).set_queue_limit(queue, None)
+
+
+def _in_queue(queue: str | None) -> str:
+    return "" if queue is None else f" in queue {str(queue)[:200]!r}"
+
+
+def _limit(scope: str, queue: str | None, **fields: Any) -> AccountLimit:
+    """The limit ``fields`` make, or InvalidLimitError naming ``scope`` and the field."""
+    try:
+        if queue is not None:
+            check_queue_name(queue)
+            if fields["weight"] != 1:
+                raise InvalidLimitError(
+                    f"weight {fields['weight']!r} is the account's share in every queue: set "
+                    f"it without queue=")
+        return AccountLimit(**fields)
+    except InvalidLimitError as exc:
+        raise InvalidLimitError(f"{scope}: {exc}") from None
+
+
+def get_default_limit(app: Celery, queue: str | None = None) -> AccountLimit | None:
+    """The store's default limit (or ``queue``'s default), or None while none is set."""
+    if queue is None:
+        return store_for(app).default_limit()
+    return store_for(app).queue_default_limit(queue)
+
+
+def clear_default_limit(app: Celery, *, queue: str) -> None:
+    """Drop ``queue``'s default limit; its accounts keep only their own and the store's."""
+    store_for(app).set_queue_default_limit(queue, None)
+
+
+def clear_account_limit(app: Celery, account: str, queue: str | None = None) -> None:
+    """Remove an account's own limit (in ``queue``); the default limit applies again."""
+    store_for(app).clear_limit(str(account), queue)
+
+
+def get_account_limit(app: Celery, account: str,
+                      queue: str | None = None) -> AccountLimit | None:
+    """The account's own limit (in ``queue``), or None when the default applies."""
+    return store_for(app).get_limit(str(account), queue)
 
 
 def cancel(app: Celery, task_id: str) -> bool:

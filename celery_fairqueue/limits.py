@@ -7,14 +7,15 @@ in claim.lua: an account of weight 4 gets four turns to one of weight 1). Lua ha
 zones, so the window is turned here, with zoneinfo, into the next days' open/close instants in
 epoch seconds; DST is handled by zoneinfo, and workers refresh the schedule before it runs out.
 
-Where it is decided: the token bucket, the concurrency cap and the window are checked in
-``store/scripts/claim.lua`` (``check_limits``) at each claim; a limit change applies at once
-through ``store/scripts/apply_limit.lua``.
+Where it is decided: the token bucket (refill, check, take) and the window in
+``store/scripts/lib/limits.lua``, which ``store/scripts/claim.lua`` asks at each claim beside
+the concurrency cap; a limit change applies at once through ``store/scripts/apply_limit.lua``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import asdict, dataclass
 from datetime import date, datetime, time, timedelta
@@ -23,6 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from celery.utils.time import rate as parse_rate
 
 from .errors import InvalidLimitError
+from .protocol import encode_id
 
 WINDOW_RE = re.compile(r"^(\d{2}):(\d{2})-(\d{2}):(\d{2})$")
 SCHEDULE_DAYS = 8
@@ -49,18 +51,18 @@ class AccountLimit:
 
     @property
     def per_second(self) -> float:
-        return float(parse_rate(self.rate)) if self.rate else 0.0
+        return per_second(self.rate) if self.rate else 0.0
 
     def validate(self) -> None:
         """Raise :class:`InvalidLimitError` naming the field that is wrong."""
         if self.rate is not None:
             try:
-                per_second = float(parse_rate(self.rate))
+                rate = per_second(self.rate)
             except (ValueError, KeyError, TypeError):
                 raise InvalidLimitError(
-                    f"rate {self.rate!r} is not in Celery's format, e.g. '10/s', '100/m', '1000/h'"
-                ) from None
-            if per_second <= 0:
+                    f"rate {self.rate!r} is not in Celery's format, e.g. '10/s', '100/m', "
+                    f"'1000/h', or a day's '100/d'") from None
+            if not 0 < rate < math.inf:
                 raise InvalidLimitError(f"rate {self.rate!r} must be positive")
         if self.burst is not None and self.burst < 1:
             raise InvalidLimitError(f"burst {self.burst!r} must be at least 1")
@@ -114,6 +116,14 @@ class AccountLimit:
         return cls(**json.loads(raw))
 
 
+def per_second(rate: str) -> float:
+    """Jobs a second of a rate in Celery's format (``celery.utils.time.rate``: "10/s", "100/m",
+    "1000/h"), or of a day's, "100/d": providers give daily quotas, Celery has no day."""
+    if isinstance(rate, str) and rate.endswith("/d"):
+        return float(rate[:-2]) / 86400
+    return float(parse_rate(rate))
+
+
 def _instant(day: date, at: time, tzinfo: ZoneInfo) -> float:
     if at == time.max:
         return datetime.combine(day + timedelta(days=1), time(0), tzinfo).timestamp()
@@ -141,3 +151,12 @@ def zone(name: str) -> ZoneInfo:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
         raise InvalidLimitError(f"tz {name!r} is not a known IANA time zone") from None
+
+
+def check_queue_name(queue: object) -> None:
+    """Raise :class:`InvalidLimitError` naming ``queue`` when it cannot name a queue in the
+    store (not a string, empty, or over the length an id may have)."""
+    try:
+        encode_id(queue)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise InvalidLimitError(f"queue {str(queue)[:200]!r} cannot name a queue: {exc}") from None

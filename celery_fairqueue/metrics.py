@@ -21,6 +21,10 @@ hash, which the Lua scripts increment anyway.
                                                   pruned: recorded jobs deleted past their
                                                   retention (contrib/django/recording/
                                                   pruner.py)
+``fairqueue_deferrals_total{reason}``             the claim's deferrals by reason (states:
+                                                  rate_limited, window_closed,
+                                                  concurrency_cap, queue_quota: a queue at its
+                                                  shared limit stopped a claim)
 ``fairqueue_oldest_waiting_age_seconds{queue}``   how long the oldest waiting job (ready,
                                                   deferred by a limit, paused, or delayed and
                                                   due) has waited, from Redis; 0: none waits
@@ -52,7 +56,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .errors import StoreUnavailableError
-from .states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED
+from .states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, DeferReason, Reason
 from .store import DeadLetters, EventReader, StoreInspector, store_for
 
 logger = logging.getLogger(__name__)
@@ -70,6 +74,14 @@ COUNTERS = {
     "cancelled": "Waiting jobs taken out of the store by a revoke or cancel().",
     "expired": "Jobs dropped by the claim, past Celery's expires, without running.",
     "pruned": "Recorded jobs (Job rows, with their attempts) deleted past their retention.",
+}
+#: The stats field counting each reason of ``fairqueue_deferrals_total`` (claim.lua's defer,
+#: hold_at_cap and wait_for_quota write them).
+DEFERRAL_STATS = {
+    DeferReason.RATE_LIMITED: "deferred_rate_limited",
+    DeferReason.WINDOW_CLOSED: "deferred_window_closed",
+    DeferReason.CONCURRENCY_CAP: "capped",
+    Reason.QUEUE_QUOTA: "deferred_queue_quota",
 }
 QUEUE_GAUGES = {
     "ready": ("fairqueue_ready_jobs", "Jobs waiting for a worker."),
@@ -138,6 +150,12 @@ class FairqueueCollector:
         stats = store.stats()
         for name, doc in COUNTERS.items():
             yield CounterMetricFamily(f"fairqueue_{name}", doc, value=stats.get(name, 0))
+        deferrals = CounterMetricFamily(
+            "fairqueue_deferrals", "Deferrals the claim made, by reason (a queue at its shared "
+            "limit: claims it stopped).", labels=["reason"])
+        for reason, field in DEFERRAL_STATS.items():
+            deferrals.add_metric([reason.value], stats.get(field, 0))
+        yield deferrals
         yield from self._waiting_metrics()
 
     def _waiting_metrics(self) -> Iterator[Metric]:
@@ -199,7 +217,7 @@ METRIC_NAMES = frozenset({
     "fairqueue_queue_workers", "fairqueue_workers", "fairqueue_operator_pauses",
     "fairqueue_oldest_ready_age_seconds",
     *(name for name, _ in QUEUE_GAUGES.values()),
-    *(f"fairqueue_{name}_total" for name in COUNTERS),
+    *(f"fairqueue_{name}_total" for name in COUNTERS), "fairqueue_deferrals_total",
 })
 
 

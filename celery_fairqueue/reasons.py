@@ -12,7 +12,7 @@ from datetime import datetime
 
 from .limits import zone
 from .states import Reason
-from .store import QueueState
+from .store import QueueQuota, QueueState
 from .tables import duration
 
 
@@ -58,4 +58,17 @@ def reason_text(state: QueueState) -> str:
         return f"window closed until {format_opening(state.until, tz, now)}"
     if reason == Reason.RATE_LIMITED and state.until is not None:
         return f"rate limit: next token in {duration(state.until - now)}"
+    if reason == Reason.QUEUE_QUOTA and state.quota is not None:
+        return quota_text(state.queue, state.quota)
     return "runnable: next in turn for a free worker slot"
+
+
+def quota_text(queue: str, quota: QueueQuota) -> str:
+    """``queue linkedin is at its shared limit of 1000/m; next token 12:00:03 UTC``, or at its
+    shared concurrency."""
+    limit = quota.limit
+    if quota.next_token is not None:
+        return (f"queue {queue} is at its shared limit of {limit.rate}; next token "
+                f"{format_clock(quota.next_token)}")
+    return (f"queue {queue} is at its shared concurrency: {quota.running} of "
+            f"{limit.concurrency} running")

@@ -8,19 +8,18 @@ sub-command is for whoever can reach Redis).
 
 from __future__ import annotations
 
-import itertools
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Celery
 from celery.utils.text import pluralize
 
-from .errors import DeadLetterNotFound, FairqueueError, InvalidLimitError, StoreUnavailableError
+from .errors import DeadLetterNotFound, FairqueueError, StoreUnavailableError
 from .idempotency import bound_arguments
-from .install import cancel, clear_account_limit, run_now, set_account_limit
-from .limits import AccountLimit
+from .install import cancel, run_now
+from .limit_reports import default_limit_text, limit_text
 from .reasons import reason_text
 from .redaction import redact_arguments
 from .states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, ACCOUNTS_READY
@@ -78,34 +77,15 @@ def status_report(app: Celery, status: StoreStatus) -> str:
             [[d.queue, d.account, d.reason.label if d.reason else "-",
               duration(d.until - status.server_time)] for d in status.deferred])]
     lines += ["", default_limit_text(status.default_limit)]
+    if status.queue_limits:
+        lines += ["", "Queues' shared limits (all their accounts together):", render(
+            ["QUEUE", "LIMIT"], [[queue, limit_text(limit)] for queue, limit in
+                                 status.queue_limits])]
     lines += ["", f"Dead letters: {status.dead_letters}    Leased jobs: {status.leased}"]
     if status.counters:
         lines += ["", "Counters since the store was created:",
                   render(["COUNTER", "VALUE"], sorted(status.counters.items()))]
     return "\n".join(lines)
-
-
-def limit_text(limit: AccountLimit | None) -> str:
-    """An account's own limit in a few words; "default" when it has none."""
-    if limit is None:
-        return "default"
-    parts = []
-    if limit.rate:
-        parts.append(limit.rate + (f" burst {limit.burst:g}" if limit.burst else ""))
-    if limit.concurrency:
-        parts.append(f"{limit.concurrency} at once")
-    if limit.window:
-        parts.append(f"{limit.window} {limit.tz or 'UTC'}")
-    if limit.weight != 1:
-        parts.append(f"weight {limit.weight}")
-    return ", ".join(parts) or "none"
-
-
-def default_limit_text(limit: AccountLimit | None) -> str:
-    """The store's default limit, which every worker applies to accounts without their own."""
-    if limit is None:
-        return "Default limit: none stored yet (the first worker stores its settings')"
-    return f"Default limit: {limit_text(limit)} (change it with `fairqueue limits --default`)"
 
 
 def waiting_text(row: AccountRow, state: QueueState | None) -> str:
@@ -117,43 +97,6 @@ def waiting_text(row: AccountRow, state: QueueState | None) -> str:
         (row.deferred, "deferred"), (row.delayed, "delayed"))
     parts = [f"{count} {word}" for count, word in counts if count]
     return row.state.label + (f" ({', '.join(parts)})" if parts else "")
-
-
-def limits_command(app: Celery, *, set_default: bool, account: str | None, clear: bool,
-                   given: Mapping[str, Any]) -> str:
-    """What `fairqueue limits` does in both CLIs: set the store's default limit, or an
-    account's own limit (rate, burst, concurrency, window, tz, weight: those ``given`` that are
-    not None), or clear it; or list the accounts' own limits. Returns the text to print above
-    the default limit's line; raises InvalidLimitError (usage errors too) with the reason."""
-    options = {name: value for name, value in given.items() if value is not None}
-    store = store_for(app)
-    if set_default and (account is not None or clear):
-        raise InvalidLimitError("--default sets the default limit: no --account or --clear")
-    if set_default:
-        store.set_default_limit(AccountLimit(**options))
-        return ""
-    if account is None:
-        if options or clear:
-            raise InvalidLimitError(f"--{', --'.join(options) or 'clear'} set a limit: add "
-                                    "--default (the default limit) or --account")
-        return account_limits_text(store.limits())
-    if clear:
-        clear_account_limit(app, account)
-    elif options:
-        set_account_limit(app, account, **options)
-    own = store.get_limit(account)
-    if own is None:
-        return f"Account {account!r}: no limit of its own, the default applies"
-    return f"Account {account!r}: {limit_text(own)}; weight {own.weight}"
-
-
-def account_limits_text(limits: Iterable[tuple[str, AccountLimit]], most: int = 200) -> str:
-    """The accounts' own limits with their weights (`fairqueue limits`), up to ``most``."""
-    rows = [[account, limit_text(limit), str(limit.weight)]
-            for account, limit in itertools.islice(limits, most)]
-    if not rows:
-        return "No account has a limit of its own."
-    return render(["ACCOUNT", "LIMIT", "WEIGHT"], rows)
 
 
 def accounts_report(page: AccountPage, now: float,
@@ -203,7 +146,8 @@ def account_report(states: Sequence[QueueState]) -> str:
         ["QUEUE", "READY", "DEFERRED", "DUE", "DELAYED", "RUNNING", "OLDEST WAITING", "LIMIT"],
         [[s.queue, s.ready, s.deferred, s.delayed_due, s.delayed_future, s.running,
           ago(s.oldest_waiting, now) if s.oldest_waiting else "-",
-          limit_text(s.limit) + (" (default)" if s.limit_is_default and s.limit else "")]
+          limit_text(s.limit) + (" (default)" if s.limit_is_default and s.limit else "")
+          + (f"; in {s.queue}: {limit_text(s.limit_here)}" if s.limit_here else "")]
          for s in states])
     reasons = [f"{s.queue}: {reason_text(s)}" + (f" (until {moment(s.until)})" if s.until else "")
                for s in states]

@@ -1,7 +1,8 @@
 """The one vocabulary of account states, shared by the store's views, both CLIs, the console
 and the metrics: an account is *ready*, *deferred* by its limit (rate limited, window closed,
 at its concurrency cap; until when) or *paused* by an operator (who, when, why); while
-``fairqueue reshard`` moves it to another shard, it is *moving*.
+``fairqueue reshard`` moves it to another shard, it is *moving*. A ready account whose queue is
+at its shared limit (set_queue_limit) keeps its turn and waits with the queue: *queue quota*.
 
 Imports nothing of the package, so the store (at the bottom of the import graph) and the
 reports above it read the same names and the same labels.
@@ -48,6 +49,7 @@ class Reason(StrEnum):
     CONCURRENCY_CAP = DeferReason.CONCURRENCY_CAP.value
     PAUSED = AccountState.PAUSED.value
     MOVING = "moving"  # frozen by `fairqueue reshard` while it moves to another shard
+    QUEUE_QUOTA = "queue_quota"  # ready, but its queue is at its shared limit (set_queue_limit)
     NO_WORKER = "no_worker"
 
     @property
@@ -69,6 +71,7 @@ _REASON_LABELS: dict[str, str] = {
     "concurrency_cap": "Deferred: at its concurrency cap",
     "paused": "Paused by an operator",
     "moving": "Moving to another shard",
+    "queue_quota": "Waiting: its queue is at its shared limit",
     "no_worker": "No worker",
 }
 

@@ -8,7 +8,14 @@ account ids go in and come out decoded.
 from .connection.translate import display_url
 from .formats.dead_letter import DeadLetter
 from .formats.keys import Keys, QueueKeys
-from .readers.console import REASONS, ConsoleReader, LiveJob, QueueState, WorkerInfo
+from .readers.console import (
+    REASONS,
+    ConsoleReader,
+    LiveJob,
+    QueueQuota,
+    QueueState,
+    WorkerInfo,
+)
 from .readers.dead_letters import DeadLetterNotFound, DeadLetters
 from .readers.doorbell import DoorbellWait
 from .readers.events import RECORDER_GROUP, EventReader, Leadership, StreamLag, StreamLeases
@@ -51,6 +58,7 @@ __all__ = [
     "LiveJob",
     "OperatorPause",
     "QueueKeys",
+    "QueueQuota",
     "QueueState",
     "QueueStatus",
     "ScheduledJob",

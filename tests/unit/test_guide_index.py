@@ -57,3 +57,26 @@ def test_the_index_check_fails_on_a_name_that_does_not_exist(tmp_path):
     script.write_text("local function real(a)\n  return a\nend\n")
     assert defined_in(script) == {"real"}
     assert "made_up" not in defined_in(ROOT / "celery_fairqueue" / "retry.py")
+
+
+def test_the_bucket_and_the_window_are_decided_in_lib_limits_lua_not_in_claim_lua():
+    """A file is named for what it decides (issue 45, item 5): the bucket's refill and check
+    and the window's answer live in lib/limits.lua; claim.lua asks them."""
+    scripts = ROOT / "celery_fairqueue" / "store" / "scripts"
+    assert {"take_token", "window_wake"} <= defined_in(scripts / "lib" / "limits.lua")
+    assert {"take_token", "window_wake"}.isdisjoint(defined_in(scripts / "claim.lua"))
+
+
+def test_the_claim_script_header_lists_what_it_decides():
+    header = (ROOT / "celery_fairqueue" / "store" / "scripts" / "claim.lua").read_text()
+    header = header.split("-- KEYS:", 1)[0]
+    assert "What it decides" in header
+    for helper in ("take_token", "window_wake", "join_rotation", "operator_paused", "defer"):
+        assert helper in header, helper
+
+
+def test_the_worker_package_maps_its_modules():
+    import celery_fairqueue.worker as worker
+
+    modules = {p.name for p in (ROOT / "celery_fairqueue" / "worker").glob("*.py")}
+    assert [m for m in sorted(modules - {"__init__.py"}) if f"``{m}``" not in worker.__doc__] == []

@@ -102,3 +102,18 @@ def test_a_weight_is_packed_after_the_window_and_left_out_when_it_is_1():
     assert AccountLimit.from_json(AccountLimit(weight=7).to_json()).weight == 7
     assert AccountLimit.from_json(AccountLimit(rate="1/s").to_json()).weight == 1
     assert "weight" not in AccountLimit(rate="1/s").to_json()
+
+
+def test_a_days_rate_is_read_beside_celerys_seconds_minutes_and_hours():
+    assert AccountLimit(rate="100/d").per_second == pytest.approx(100 / 86400)
+    assert AccountLimit(rate="10/m").per_second == pytest.approx(10 / 60)
+
+
+@pytest.mark.parametrize("rate", ["nan/s", "inf/s", "1e999/m", "x/d", "5/w", "-1/d"])
+def test_a_rate_that_is_not_a_finite_positive_number_is_refused_naming_the_field(rate):
+    with pytest.raises(InvalidLimitError, match="rate"):
+        AccountLimit(rate=rate)
+
+
+def test_a_number_is_still_a_rate_a_second_as_celery_reads_it():
+    assert AccountLimit(rate=5.0).per_second == 5.0  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""Job state, attempt history and account limits, written by the recorder and the admin."""
+"""Job state, attempt history, account and queue limits, written by the recorder and the admin."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from django.db import models, transaction
 
 from ...errors import InvalidLimitError
 from ...limits import AccountLimit as Limit
+from ...limits import check_queue_name
 
 
 class Job(models.Model):
@@ -240,6 +241,76 @@ class AccountLimit(models.Model):
                                     update_fields=["rate", "burst", "concurrency", "window",
                                                    "tz", "weight"])
         return len(held)
+
+
+class QueueLimit(models.Model):
+    """A queue's shared limit (all its accounts together), as the admin shows and edits it;
+    mirrored from the fair store, which owns it, as AccountLimit is (``set_queue_limit``)."""
+
+    queue = models.CharField(max_length=1024, unique=True)
+    rate = models.CharField(max_length=32, blank=True, help_text='Celery format: "1000/m".')
+    burst = models.FloatField(null=True, blank=True)
+    concurrency = models.PositiveIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["queue"]
+
+    def __str__(self) -> str:
+        return self.queue
+
+    def as_limit(self) -> Limit:
+        return Limit(rate=self.rate or None, burst=self.burst, concurrency=self.concurrency)
+
+    def clean(self) -> None:
+        try:
+            check_queue_name(self.queue)
+            self.as_limit()
+        except InvalidLimitError as exc:
+            raise ValidationError(str(exc)) from None
+
+    def save(self, *args, **kwargs) -> None:
+        self.full_clean()
+        super().save(*args, **kwargs)
+        transaction.on_commit(self.push)
+
+    def delete(self, *args, **kwargs):
+        queue = self.queue
+        result = super().delete(*args, **kwargs)
+        transaction.on_commit(lambda: _clear_queue_limit(queue))
+        return result
+
+    def push(self) -> None:
+        """Write this limit to the fair store."""
+        from ... import set_queue_limit
+        from .conf import celery_app
+
+        limit = self.as_limit()
+        set_queue_limit(celery_app(), self.queue, rate=limit.rate, burst=limit.burst,
+                        concurrency=limit.concurrency)
+
+    @classmethod
+    def mirror_store(cls) -> int:
+        """Make the rows what the fair store holds; returns how many queue limits it holds."""
+        from ...store import store_for
+        from .conf import celery_app
+
+        held = dict(store_for(celery_app()).queue_limits())
+        with transaction.atomic():
+            cls.objects.exclude(queue__in=list(held)).delete()
+            cls.objects.bulk_create(
+                [cls(queue=queue, rate=limit.rate or "", burst=limit.burst,
+                     concurrency=limit.concurrency) for queue, limit in held.items()],
+                update_conflicts=True, unique_fields=["queue"],
+                update_fields=["rate", "burst", "concurrency"])
+        return len(held)
+
+
+def _clear_queue_limit(queue: str) -> None:
+    from ... import clear_queue_limit
+    from .conf import celery_app
+
+    clear_queue_limit(celery_app(), queue)
 
 
 def _celery_app_clear(account: str) -> None:

@@ -20,13 +20,42 @@ from functools import cached_property
 from ...protocol import MAX_ID_LENGTH, NO_JOB_KEY, decode_id, encode_id
 from .tags import shard_tag
 
-__all__ = ["MAX_ID_LENGTH", "Keys", "QueueKeys", "decode_id", "encode_id", "encode_job_key"]
+__all__ = ["MAX_ID_LENGTH", "Keys", "QueueKeys", "decode_id", "encode_id", "encode_job_key",
+           "in_queue_field", "is_account_field", "parse_in_queue_field", "queue_limit_field"]
 
 
 def encode_job_key(job_key: str | None) -> str:
     """A business key as the scripts hold it (in a record, in its key string): encoded, or
     "-"."""
     return encode_id(job_key) if job_key else NO_JOB_KEY
+
+def in_queue_field(queue: str, account: str | None) -> str:
+    """The field of an account's limit (and bucket) in ``queue``, or of the queue's default
+    limit for accounts (``account`` None); lib/limits.lua's ``in_queue_field`` builds the same
+    from the encoded names."""
+    return f"{IN_QUEUE_PREFIX}{encode_id(queue)}:{'*' if account is None else encode_id(account)}"
+
+
+def queue_limit_field(queue: str) -> str:
+    """The field of ``queue``'s shared limit (and of its bucket); claim.lua reads it with the
+    store's default limit, in one HMGET."""
+    return f"{QUEUE_LIMIT_PREFIX}{encode_id(queue)}"
+
+
+def is_account_field(field: str) -> bool:
+    """Whether a field of the limits' hashes is an account's own limit across its queues (an
+    encoded account), not the store's default, an in-queue limit or a queue's shared one."""
+    return field != DEFAULT_LIMIT_FIELD and ":" not in field
+
+
+def parse_in_queue_field(field: str) -> tuple[str, str | None] | None:
+    """``(queue, account or None for the queue's default)`` of an in-queue field, decoded;
+    None for a field of the store-wide scope (an encoded account, or ``*``)."""
+    if not field.startswith(IN_QUEUE_PREFIX):
+        return None
+    queue, _, account = field[len(IN_QUEUE_PREFIX):].partition(":")
+    return decode_id(queue), None if account == "*" else decode_id(account)
+
 
 #: The store's global keys (Keys attributes), in the order a script receives those it touches.
 GLOBAL_KEY_NAMES = ("records", "leases", "limits", "buckets", "queues", "stats", "dead",
@@ -36,6 +65,13 @@ GLOBAL_KEY_NAMES = ("records", "leases", "limits", "buckets", "queues", "stats",
 #: The field of Keys.limits that holds the store's default limit, packed: an encoded account
 #: id never is "*" (encode_id escapes it).
 DEFAULT_LIMIT_FIELD = "*"
+#: The prefix of a limit's field (in Keys.limits, Keys.limit_config, Keys.buckets) that holds
+#: an account's limit in one queue, or the queue's default: ``q:<queue>:<account>`` and
+#: ``q:<queue>:*``, both encoded, so ``:`` and ``*`` occur in them only as separators.
+IN_QUEUE_PREFIX = "q:"
+#: The prefix of the field of a queue's shared limit (all its accounts together) and of its
+#: bucket: ``Q:<queue>`` (queue_limit_field).
+QUEUE_LIMIT_PREFIX = "Q:"
 QUEUE_KEY_NAMES = ("state", "ready", "deferred", "delayed", "running", "ndelayed", "deferrals",
                    "tags", "finish", "weight")
 #: The keys of the layout before records: a store holding jobs in them must be
@@ -138,7 +174,9 @@ class Keys:
     @cached_property
     def limits(self) -> str:
         """Hash account -> packed limit (see limits.AccountLimit.pack); field "*" is the
-        store's default limit (DEFAULT_LIMIT_FIELD), which the claim reads."""
+        store's default limit (DEFAULT_LIMIT_FIELD), which the claim reads; ``q:<queue>:<account>``
+        an account's limit in one queue, ``q:<queue>:*`` the queue's default for accounts
+        (in_queue_field); ``Q:<queue>`` the queue's shared limit (queue_limit_field)."""
         return self._key("limits")
 
     @cached_property
@@ -149,12 +187,15 @@ class Keys:
 
     @cached_property
     def limit_config(self) -> str:
-        """Hash account -> the limit as configured (JSON), for display and window refresh."""
+        """Hash account -> the limit as configured (JSON), for display and window refresh;
+        the in-queue fields as in :attr:`limits`."""
         return self._key("limitconf")
 
     @cached_property
     def buckets(self) -> str:
-        """Hash account -> "tokens updated_at" of its token bucket."""
+        """Hash account -> "tokens updated_at" of its token bucket; ``q:<queue>:<account>``
+        its bucket in one queue (in_queue_field); ``Q:<queue>`` the bucket a queue's accounts
+        share (queue_limit_field)."""
         return self._key("buckets")
 
     @cached_property

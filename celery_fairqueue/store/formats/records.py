@@ -8,7 +8,7 @@ keys are percent-encoded (keys.encode_id) before they reach a stored string, so 
 
 - job record (``Keys.records``), a header line and the message: ``split_record``/``make_record``
 - ready member (``QueueKeys.ready``), ``"account|seq|job_id"``: ``split_member``/``ready_member``
-- token bucket (``Keys.buckets``), ``"tokens updated_at"``: ``read_bucket``/``write_bucket``
+- token bucket (``Keys.buckets``), ``"tokens updated_at"``: ``bucket_level``/``take_token``
 - idempotency marker (``Keys.job_key``), JSON: ``make_marker`` (the one maker)
 - dead letter (``Keys.dead``), JSON: ``store_dead`` (the one writer)
 - deferral (``QueueKeys.deferral``), ``"reason until"``: ``defer`` in claim.lua (the one writer)
@@ -36,9 +36,11 @@ class JobRecord:
     capped"``, ``-`` for none: its queue and account, its place in its account's FIFO (``seq``:
     the priority digit, then the microsecond it became ready), its business key as stored
     (encoded, or ``-``), Celery's ``expires`` (epoch seconds), how many times it was handed to
-    a worker, and while leased, the worker's token, since when, and ``c`` when its account had a
-    concurrency cap then. Dead letters keep the header line as their ``meta``; a letter from
-    the layout before records holds ``"queue account seq job_key[ expires]"`` (read too)."""
+    a worker, and while leased, the worker's token, since when, and what it is counted in
+    (lib/leases.lua ``counted_for_account``): ``c`` its account's cap, ``q`` its queue's
+    shared concurrency, ``b`` both (``capped``: counted for its account's cap). Dead letters
+    keep the header line as their ``meta``; a letter from the layout before records holds
+    ``"queue account seq job_key[ expires]"`` (read too)."""
 
     queue: str  # decoded
     account: str  # decoded
@@ -74,7 +76,7 @@ class JobRecord:
         return cls(decode_id(queue), decode_id(account), seq, stored_key,
                    None if expires == "-" else float(expires), int(deliveries),
                    None if owner == "-" else owner, None if started == "-" else float(started),
-                   capped == "c", envelope)
+                   capped in ("c", "b"), envelope)
 
     def build(self) -> str:
         """The record (the scripts build it in ``make_record``; this is for tests and tools

@@ -21,8 +21,8 @@ from ...envelope import Envelope, MalformedEnvelopeError
 from ...limits import AccountLimit
 from ...protocol import normalize_id, task_id_of
 from ...states import DeferReason, Reason, ready_and_deferred
-from ..formats.keys import decode_id, encode_id
-from ..formats.records import Deferral, ReadyMember, WorkerEntry
+from ..formats.keys import decode_id, encode_id, in_queue_field, queue_limit_field
+from ..formats.records import Bucket, Deferral, ReadyMember, WorkerEntry
 from ..shards.merged import per_shard, records_at
 from ..shards.shard import FairStore
 from ..writers.operator import OperatorPause, parse_pause, pause_field
@@ -61,10 +61,39 @@ class QueueState:
     pause_scope: str | None = None  # "queue", "account" or "account_everywhere"
     server_time: float = 0.0  # the store's clock when this was read
     complete: bool = True  # False when a bound (DUE_SCAN, OLDEST_SCAN) cut a count short
+    quota: QueueQuota | None = None  # the queue's shared limit, when it has one
+    limit_here: AccountLimit | None = None  # its limit in this queue (else the queue's default)
 
     @property
     def waiting(self) -> int:
         return self.ready + self.deferred + self.delayed_due
+
+
+@dataclass(frozen=True)
+class QueueQuota:
+    """A queue's shared limit (set_queue_limit) now: the limit, its jobs running, and when its
+    shared bucket has a token again (None: it has one), read off the bucket the claim wrote."""
+
+    limit: AccountLimit
+    running: int
+    next_token: float | None
+
+    @property
+    def binding(self) -> bool:
+        """Whether the queue's jobs wait for it now (no token, or all it may run running)."""
+        cap = self.limit.concurrency
+        return self.next_token is not None or bool(cap and self.running >= cap)
+
+    @classmethod
+    def read(cls, raw_limit: str | None, raw_bucket: str | None, raw_running: str | None,
+             now: float) -> QueueQuota | None:
+        if not raw_limit:
+            return None
+        limit = AccountLimit.from_json(raw_limit)
+        rate, burst = limit.per_second, limit.burst or 1.0
+        tokens = Bucket.parse(raw_bucket).tokens_at(now, rate, burst) if raw_bucket else burst
+        next_token = now + (1 - tokens) / rate if rate and tokens < 1 else None
+        return cls(limit, int(raw_running or 0), next_token)
 
 
 @dataclass(frozen=True)
@@ -113,7 +142,7 @@ def _float(value: Any) -> float | None:
 
 def explain(*, now: float, waiting: int, state: str | None, limit_wake: float | None,
             deferral: Deferral | None, pause: OperatorPause | None,
-            consumed: bool) -> tuple[Reason, float | None]:
+            consumed: bool, quota: QueueQuota | None = None) -> tuple[Reason, float | None]:
     """Why the account's next job does not run now, and until when (server time; None: not
     known or not timed): an operator's pause, the queue's circumstances, or the deferral the
     claim recorded where it decided it (claim.lua); the limit rules are not repeated here.
@@ -133,6 +162,8 @@ def explain(*, now: float, waiting: int, state: str | None, limit_wake: float | 
                 return Reason.WINDOW_CLOSED, until
             # a rate deferral, or one an older claim made without a record
             return Reason.RATE_LIMITED, until
+    if quota is not None and quota.binding:
+        return Reason.QUEUE_QUOTA, quota.next_token
     return Reason.RUNNABLE, None
 
 
@@ -271,6 +302,11 @@ class ConsoleReader:
             pipe.hget(qk.ndelayed, encoded)
             pipe.zrangebylex(qk.ready, *ReadyMember.range_of(account), 0, OLDEST_SCAN)
             pipe.zrange(qk.delayed, 0, 0, withscores=True)
+            pipe.hget(keys.limit_config, queue_limit_field(queue))  # its shared limit
+            pipe.hget(keys.buckets, queue_limit_field(queue))
+            pipe.hget(qk.running, "*")
+            pipe.hmget(keys.limit_config, in_queue_field(queue, account),
+                       in_queue_field(queue, None))
         own_limit, stored_default, pauses, *replies = pipe.execute()
         running_of = store.running()
         own = AccountLimit.from_json(own_limit) if own_limit else None
@@ -281,8 +317,8 @@ class ConsoleReader:
         consumers = self.consumers(workers)
         states = []
         for n, queue in enumerate(names):
-            nready, state, limit_wake, deferral, ndelayed, heads, first_delayed = \
-                replies[7 * n: 7 * n + 7]
+            (nready, state, limit_wake, deferral, ndelayed, heads, first_delayed, quota_limit,
+             quota_bucket, quota_running, here) = replies[11 * n: 11 * n + 11]
             running = running_of.get((queue, normalize_id(account)), 0)
             fields = [pause_field(None, queue), pause_field(account, queue),
                       pause_field(account, None)]
@@ -295,7 +331,9 @@ class ConsoleReader:
                 deferral=Deferral.parse(deferral) if deferral else None,
                 ndelayed=int(ndelayed or 0), heads=heads, first_delayed=first_delayed,
                 limit=limit, own=own is not None, pause=pause,
-                consumed=queue in consumers, shard=store))
+                consumed=queue in consumers, shard=store,
+                quota=QueueQuota.read(quota_limit, quota_bucket, quota_running, now),
+                limit_here=next((AccountLimit.from_json(raw) for raw in here if raw), None)))
         return states
 
     def _due_delayed(self, shard: FairStore, queue: str, account: str, now: float
@@ -315,7 +353,8 @@ class ConsoleReader:
                      state: str | None, limit_wake: float | None, deferral: Deferral | None,
                      ndelayed: int, heads: list[str], first_delayed: list[Any],
                      limit: AccountLimit | None, own: bool, pause: OperatorPause | None,
-                     consumed: bool, shard: FairStore) -> QueueState:
+                     consumed: bool, shard: FairStore, quota: QueueQuota | None,
+                     limit_here: AccountLimit | None) -> QueueState:
         complete = True
         delayed_due, due_since = 0, None
         if ndelayed and first_delayed and float(first_delayed[0][1]) <= now:
@@ -330,7 +369,7 @@ class ConsoleReader:
         ready, deferred = ready_and_deferred(nready, state)
         reason, until = explain(
             now=now, waiting=nready + delayed_due, state=state, limit_wake=limit_wake,
-            deferral=deferral, pause=pause, consumed=consumed)
+            deferral=deferral, pause=pause, consumed=consumed, quota=quota)
         return QueueState(
             queue=queue, account=account, reason=reason, until=until,
             ready=ready, deferred=deferred, delayed_due=delayed_due,
@@ -338,7 +377,8 @@ class ConsoleReader:
             oldest_waiting=oldest, limit=limit, limit_is_default=not own,
             paused_by=pause.by if pause else None, paused_at=pause.at if pause else None,
             pause_reason=pause.reason if pause else None,
-            pause_scope=pause.scope if pause else None, server_time=now, complete=complete)
+            pause_scope=pause.scope if pause else None, server_time=now, complete=complete,
+            quota=quota, limit_here=limit_here)
 
     # -- one account's jobs --------------------------------------------------------------------
 

@@ -63,6 +63,7 @@ class StoreStatus:
     workers: list[WorkerInfo] = field(default_factory=list)  # live workers
     pauses: list[OperatorPause] = field(default_factory=list)  # operators' pauses
     default_limit: AccountLimit | None = None  # the store's (None: no worker set one yet)
+    queue_limits: list[tuple[str, AccountLimit]] = field(default_factory=list)  # shared ones
 
     def unconsumed(self) -> list[QueueStatus]:
         """Queues with ready jobs that no live worker consumes."""
@@ -156,7 +157,8 @@ class StoreInspector:
         dead, leased = totals
         return StoreStatus(rows, deferred, dead, leased, self.store.stats(),
                            self.store.server_time(), workers=workers, pauses=pauses,
-                           default_limit=self.store.default_limit())
+                           default_limit=self.store.default_limit(),
+                           queue_limits=sorted(self.store.queue_limits()))
 
     def _queue_status(self, queue: str, deferred_limit: int,
                       running_of: dict[tuple[str, str], int], deferred: list[DeferredAccount],

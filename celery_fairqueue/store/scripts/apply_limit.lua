@@ -3,7 +3,10 @@
 -- again, so a concurrency cap set now counts it (recount_running).
 -- KEYS: global keys, then the keys of every known fair queue.
 -- ARGV: [1] account (encoded), [2] its limit packed (limits.AccountLimit.pack) or "" to drop its
---       own limit, [3] the limit as configured (JSON).
+--       own limit, [3] the limit as configured (JSON), [4] the field the limit is stored in:
+--       the account (its limit across its queues) or keys.in_queue_field (its limit in one
+--       queue); its bucket there starts full; [5] that queue (encoded), or "": it becomes a
+--       known queue of the shard (K_QUEUES), so a reshard moves the limit with the account.
 -- Returns the number of queues where the account was deferred; for an account a reshard is
 -- moving, {'f' or 'm', the shard it moves to}, and nothing changed (account_in_move).
 -- include: keys rotation leases shards
@@ -12,15 +15,18 @@ local moving, to = account_in_move(account)
 if moving then
   return {moving, to}
 end
-local woken = 0
-if ARGV[2] == '' then
-  redis.call('HDEL', K_LIMITS, account)
-  redis.call('HDEL', K_LIMITCONFIG, account)
-else
-  redis.call('HSET', K_LIMITS, account, ARGV[2])
-  redis.call('HSET', K_LIMITCONFIG, account, ARGV[3])
+local woken, field = 0, ARGV[4]
+if ARGV[5] ~= '' then
+  redis.call('SADD', K_QUEUES, ARGV[5])
 end
-redis.call('HDEL', K_BUCKETS, account)
+if ARGV[2] == '' then
+  redis.call('HDEL', K_LIMITS, field)
+  redis.call('HDEL', K_LIMITCONFIG, field)
+else
+  redis.call('HSET', K_LIMITS, field, ARGV[2])
+  redis.call('HSET', K_LIMITCONFIG, field, ARGV[3])
+end
+redis.call('HDEL', K_BUCKETS, field)
 recount_running(account, queue_positions())
 for i = 1, queue_count() do
   local qk = queue_keys(i)

@@ -1,5 +1,22 @@
 -- claim: settle the jobs the worker finished, then lease up to N jobs, one account at a time in
 -- rotation, skipping accounts over a limit. One call per turn of the worker: its acks ride along.
+-- What it decides, one line a decision (and where the rule lives):
+--   which acks settled and which leases were lost (ack_job, lib/leases.lua);
+--   which delayed jobs and deferred accounts are due now (promote, here);
+--   whose turn it is: the lowest virtual tag of the rotation, start-time fair queueing
+--     (join_rotation, next_tag, take_head in lib/rotation.lua);
+--   whether a job past Celery's expires is dropped (claim_from, here);
+--   whether an operator's pause holds the account (operator_paused, lib/rotation.lua);
+--   which limits bind the account in the queue: its own or the store's default, with its own
+--     in the queue or the queue's default (binding_limits in lib/limits.lua);
+--   whether they let it run: window, concurrency cap, a token from each bucket (window_wake
+--     and take_token in lib/limits.lua); what a "no" does: deferred until when, or held at
+--     its cap, and why (defer, hold_at_cap, record_deferral, here);
+--   whether the queue's shared limit lets it run (queue_quota, quota_full and the shared
+--     bucket in take_token, lib/limits.lua); a "no" stops the queue for this claim, the
+--     account keeping its turn (wait_for_quota, here);
+--   whether a job is poison (delivered too often) and dead-lettered (dead_letter, lib/leases.lua);
+--   when the worker should ask again, and whether to ring the doorbell for another worker.
 -- The rotation is start-time fair queueing (join_rotation in lib/rotation.lua): the account with the
 -- lowest virtual tag goes next, and its tag moves on by VIRTUAL_TURN / weight, so backlogged
 -- accounts get turns in proportion to their weights (all weights 1: plain round robin, ties
@@ -28,7 +45,9 @@
 -- stream on: 9 commands (ZPOPMIN, ZRANGEBYLEX, HGET and HSET of its record, ZREM, ZADD of its
 -- account's next turn, ZADD of its lease, SET of its marker, XADD); an ack riding along 3 to 5
 -- (HGET and HDEL of its record, ZREM of its lease; after a success, SET of the key's done
--- marker and XADD). An account with a concurrency cap adds its running count to both.
+-- marker and XADD). An account with a concurrency cap adds its running count to both. A queue
+-- with a shared rate adds its bucket's HMGET and HSET (an account's own buckets ride in the
+-- same two), a shared concurrency the queue's running count.
 -- include: keys events records markers limits rotation leases
 local want, lease, token = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local batch, max_skips, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -112,53 +131,40 @@ local function promote(qk)
   qk.next_deferred = promote_due(qk, qk.deferred, promote_account)
 end
 
--- The account's limit, packed: its own, else the store's one default limit
--- (set_default_limit.lua), not this worker's own setting. The first account to come up reads
--- both in one HMGET (a claim that finds no account reads nothing); whether any account has a
--- limit of its own (the default is field "*") is asked at the second: while none has, no other
--- account's is asked.
-local default_limit, own_limits, stored_default = nil, nil, nil
-local function limit_of(account)
+-- The limits stored for ``account`` in queue ``qk``, packed: its own, else the store's one
+-- default limit (set_default_limit.lua), not this worker's own setting; and its own in the
+-- queue, else the queue's default (nil: none). The first account to come up reads them in one
+-- HMGET with the default and the shared limit of each queue claimed from (queue_limit.lua;
+-- a claim that finds no account reads nothing); whether any account has a limit of its own
+-- (fields beyond those) is asked at the second: while none has, no other account's is asked.
+local default_limit, own_limits, stored_default, shared_limits = nil, nil, nil, 0
+local function limits_of(qk, account)
+  local own, own_here, default_here
   if default_limit == nil then
-    local own
-    own, stored_default = unpack(redis.call('HMGET', K_LIMITS, account, '*'))
+    local fields = {account, in_queue_field(qk.name, account), in_queue_field(qk.name, '*'), '*'}
+    for n = 1, nq do
+      fields[#fields + 1] = queue_limit_field(queues[n].name)
+    end
+    local held = redis.call('HMGET', K_LIMITS, unpack(fields))
+    own, own_here, default_here, stored_default = held[1], held[2], held[3], held[4]
     default_limit = stored_default or ARGV[4]
-    return own or default_limit
+    for n = 1, nq do
+      if held[4 + n] then
+        queues[n].quota = queue_quota(queues[n], held[4 + n])
+        shared_limits = shared_limits + 1
+      end
+    end
+    return own or default_limit, own_here or default_here or nil
   end
   if own_limits == nil then
-    own_limits = redis.call('HLEN', K_LIMITS) > (stored_default and 1 or 0)
+    own_limits = redis.call('HLEN', K_LIMITS) > (stored_default and 1 or 0) + shared_limits
   end
-  return own_limits and redis.call('HGET', K_LIMITS, account) or default_limit
-end
-
--- nil while the window is open, else when it opens next.
-local function window_wake(windows)
-  if windows == '-' then return nil end
-  for open, close in string.gmatch(windows, '([%d%.]+),([%d%.]+)') do
-    if now < tonumber(open) then return tonumber(open) end
-    if now < tonumber(close) then return nil end
+  if not own_limits then
+    return default_limit, nil
   end
-  return now + 60  -- every window is past: closed until a worker refreshes the schedule
-end
-
--- nil when a token was taken, else when the next token will be there; and, when the token
--- taken was the last one, when the next will be there.
-local function take_token(account, rate, burst)
-  if rate <= 0 then return nil, nil end
-  local tokens, updated = read_bucket(account)
-  tokens, updated = tokens or burst, updated or now
-  tokens = math.min(burst, tokens + math.max(0, now - updated) * rate)
-  local wake, next_token = nil, nil
-  if tokens < 1 then
-    wake = now + (1 - tokens) / rate
-  else
-    tokens = tokens - 1
-    if tokens < 1 then
-      next_token = now + (1 - tokens) / rate
-    end
-  end
-  write_bucket(account, tokens, now)
-  return wake, next_token
+  own, own_here, default_here = unpack(redis.call('HMGET', K_LIMITS, account,
+    in_queue_field(qk.name, account), in_queue_field(qk.name, '*')))
+  return own or default_limit, own_here or default_here or nil
 end
 
 -- The claim skips the account: the one place that decides why (DeferReason: rate_limited,
@@ -181,6 +187,7 @@ local function defer(qk, account, reason, wake)
   end
   qk.next_deferred = math.min(qk.next_deferred or wake, wake)
   redis.call('HINCRBY', K_STATS, 'deferred', 1)
+  redis.call('HINCRBY', K_STATS, 'deferred_' .. reason, 1)  -- by reason, for the metric
   emit('e', 'account_deferred', 'q', qk.name, 'a', account, 'at', now, 'due', wake)
 end
 
@@ -192,43 +199,18 @@ local function hold_at_cap(qk, account)
   redis.call('HINCRBY', K_STATS, 'capped', 1)
 end
 
--- The virtual tag an account served at ``tag`` moves on to: one turn over its weight.
-local function next_tag(tag, weight)
-  return tag + math.floor(VIRTUAL_TURN / weight + 0.5)
-end
-
--- The account's head job leaves ready; the account goes on in the rotation at ``tag`` if it has
--- ``more``, else leaves it and remembers ``tag`` (finish: join_rotation; written when the claim
--- ends, in one ZADD, and not at all when the claim finds the rotation empty, which forgets the
--- finish tags: see leave_tags). ``held``: this job took
--- the account to its limit (its last token, its last slot under the cap): it leaves the
--- rotation now, remembering ``tag`` too, and the caller defers it; left in, it would come up
--- at its next turn only to be skipped, a wasted step of every claim per job of it.
-local function take_head(qk, account, head, more, tag, held, weight)
-  redis.call('ZREM', qk.ready, head)
-  if more then
-    if held then
-      redis.call('ZADD', qk.finish, tag, account)
-    else
-      redis.call('ZADD', qk.tags, tag, rotation_member(account, weight))
-      qk.weight_change = qk.weight_change + weight
-    end
-  else
-    redis.call('HDEL', qk.state, account)
-    qk.finished[#qk.finished + 1] = tag
-    qk.finished[#qk.finished + 1] = account
+-- The queue is at its shared limit (set_queue_limit): nothing more of it in this claim, and no
+-- ring for another worker. At its rate, the claim returns when its next token is there (or
+-- calls the time keeper, as a deferral does); at its concurrency, a job's end brings the
+-- worker that ran it back. The waiting accounts keep their tags: the fair order decides who
+-- gets the next token.
+local function wait_for_quota(qk, due)
+  if due and not keeps_time and due < math.min(qk.next_deferred or math.huge,
+                                               qk.next_delayed or math.huge) then
+    call_keeper(qk, due)
   end
-end
-
--- The finish tags of the accounts that left the rotation in this claim; when the claim found
--- the rotation empty, none: no account waits, so virtual time starts again at the next to join
--- (join_rotation), and no tag is left behind meanwhile.
-local function leave_tags(qk)
-  if qk.drained then
-    redis.call('DEL', qk.finish)
-  elseif #qk.finished > 0 then
-    redis.call('ZADD', qk.finish, unpack(qk.finished))
-  end
+  qk.next_deferred = due and math.min(qk.next_deferred or due, due) or qk.next_deferred
+  redis.call('HINCRBY', K_STATS, 'deferred_queue_quota', 1)
 end
 
 -- Try the account at the head of the rotation (its virtual tag ``tag`` and the weight it joined
@@ -261,28 +243,32 @@ local function claim_from(qk, account, tag, joined_weight)
     redis.call('HDEL', qk.deferrals, account)
     return nil
   end
-  local rate, burst, cap, windows, weight =
-    split_limit(limit_of(account))
-  local wake = window_wake(windows)
-  if wake then
-    defer(qk, account, 'window_closed', wake)
+  local packed, here = limits_of(qk, account)
+  if quota_full(qk) then
+    return nil, nil, 'quota'  -- the queue runs all it may: the account keeps its turn
+  end
+  local limit = binding_limits(qk, account, packed, here, now)
+  if limit.wake then
+    defer(qk, account, 'window_closed', limit.wake)
     return nil
   end
+  local cap = limit.cap
   local running = cap > 0 and hget_number(qk.running, account) or 0
   if cap > 0 and running >= cap then
     hold_at_cap(qk, account)
     return nil
   end
-  local next_token
-  wake, next_token = take_token(account, rate, burst)
-  if wake then
+  local wake, next_token, shared_short = take_token(limit.buckets, now)
+  if shared_short then
+    return nil, wake, 'quota'  -- the queue waits for its next token, the account keeps its turn
+  elseif wake then
     defer(qk, account, 'rate_limited', wake)
     return nil
   end
 
   local capped = cap > 0 and running + 1 >= cap
   local held = more and (next_token or capped)
-  take_head(qk, account, head, more, next_tag(tag, weight), held, weight)
+  take_head(qk, account, head, more, next_tag(tag, limit.weight), held, limit.weight)
   local poison = nil
   if not job then
     poison = 'the stored message is missing'
@@ -305,11 +291,17 @@ local function claim_from(qk, account, tag, joined_weight)
   elseif held then
     hold_at_cap(qk, account)
   end
+  local counted = cap > 0 and 'c' or '-'  -- what its release counts down (release_running)
   if cap > 0 then
-    redis.call('HINCRBY', qk.running, account, 1)  -- for its cap (see release_running)
+    redis.call('HINCRBY', qk.running, account, 1)  -- for its cap
+  end
+  if qk.quota and qk.quota.cap > 0 then
+    redis.call('HINCRBY', qk.running, '*', 1)  -- for the queue's shared concurrency
+    qk.quota.running = qk.quota.running + 1
+    counted = cap > 0 and 'b' or 'q'
   end
   redis.call('ZADD', K_LEASES, now + lease, job_id)
-  job.owner, job.started, job.capped = token, now_text(), cap > 0 and 'c' or '-'
+  job.owner, job.started, job.capped = token, now_text(), counted
   write_job(job_id, job)
   emit('e', 'running', 'job', job_id, 'at', now_text(), 'worker', token)
   local marker = job.job_key ~= '-' and mark_started(job.job_key, job_id, job.account) or ''
@@ -344,7 +336,13 @@ while claimed < want and live > 0 and skips <= max_skips do
       qk.weight_change = qk.weight_change - joined_weight
       local job_id, envelope, deliveries, job_key, marker = claim_from(qk, account, tag,
                                                                        joined_weight)
-      if deliveries == 'expired' then
+      if deliveries == 'quota' then
+        redis.call('ZADD', qk.tags, tag, popped[1])  -- back, at the tag it had
+        qk.weight_change = qk.weight_change + joined_weight
+        wait_for_quota(qk, envelope)
+        empty[i] = true
+        live = live - 1
+      elseif deliveries == 'expired' then
         skips = skips + 1  -- bounded like a skip; the worker records it, nothing runs
         for _, v in ipairs({-i, job_id, envelope, 0, account, '-', ''}) do out[#out + 1] = v end
       elseif job_id then

@@ -51,9 +51,9 @@ end
 -- a reshard (store/shards/reshard.py): an account moved away from this shard is enqueued on the shard
 -- it moved to (status 7, that shard's index). While the store moves, the caller says where the
 -- account goes ([16]): one that holds nothing here that the job depends on (ready or delayed
--- jobs in any queue, jobs running under a cap, the job's own delivery or business key, a limit,
--- a bucket, a pause) moves there at once, marked moved (its other done markers and dead letters
--- follow with the reshard); one that does is frozen here (freeze_account), and moved with this
+-- jobs in any queue, jobs running under a cap, the job's own delivery or business key, a limit
+-- or a bucket (across its queues or in one), a pause) moves there at once, marked moved (its
+-- other done markers and dead letters follow with the reshard); one that does is frozen here (freeze_account), and moved with this
 -- job by the reshard.
 if SHARDED then
   -- Whether the account holds anything here that this job depends on (see above): defined
@@ -75,7 +75,9 @@ if SHARDED then
       local other = queue_named(name)
       if redis.call('ZLEXCOUNT', other.ready, low, high) > 0 or
           redis.call('HEXISTS', other.ndelayed, account) == 1 or
-          redis.call('HEXISTS', other.running, account) == 1 then
+          redis.call('HEXISTS', other.running, account) == 1 or
+          redis.call('HEXISTS', K_LIMITS, 'q:' .. name .. ':' .. account) == 1 or
+          redis.call('HEXISTS', tag .. 'buckets', 'q:' .. name .. ':' .. account) == 1 then
         return true
       end
     end

@@ -33,7 +33,7 @@ from typing import Any
 
 from ...protocol import NO_JOB_KEY
 from ..connection.lua import load_script
-from ..formats.keys import decode_id, encode_id
+from ..formats.keys import decode_id, encode_id, in_queue_field
 from ..formats.records import JobRecord, ReadyMember
 from .shard import FairStore
 
@@ -42,6 +42,9 @@ from .shard import FairStore
 KILL_ENV = "FAIRQUEUE_RESHARD_KILL"
 #: Copies of one account made before the reshard gives up on it for this pass.
 MAX_COPIES = 50
+#: The hashes that hold an account's limit, its configuration and its bucket, by field (its
+#: encoded id, and keys.in_queue_field for each queue).
+LIMIT_HASHES = ("limits", "limit_config", "buckets")
 MOVE_SCRIPTS = ("move_freeze", "move_in", "move_out", "move_drop", "move_weigh")
 
 
@@ -133,15 +136,18 @@ class AccountMover:
         pipe = self.client.pipeline(transaction=False)
         for queue in queues:
             pipe.zrangebylex(keys.queue(queue).ready, f"[{account}|", f"({account}}}")
-        for name in ("limits", "limit_config", "buckets"):
-            pipe.hget(getattr(keys, name), account)
+        # its limit and bucket across its queues, and in each queue (keys.in_queue_field)
+        limit_fields = [account] + [in_queue_field(q, decode_id(account)) for q in queues]
+        for name in LIMIT_HASHES:
+            pipe.hmget(getattr(keys, name), limit_fields)
         pipe.hmget(keys.pauses, pause_fields)
-        *readies, limit, config, bucket, pauses = pipe.execute()
+        *readies, limits, configs, buckets, pauses = pipe.execute()
         state = AccountState()
         tag = keys.tag + ":"
-        for name, value in (("limits", limit), ("limit_config", config), ("buckets", bucket)):
-            if value is not None:
-                state.fields.append((getattr(keys, name).removeprefix(tag), account, value))
+        for name, values in zip(LIMIT_HASHES, (limits, configs, buckets), strict=True):
+            hash_name = getattr(keys, name).removeprefix(tag)
+            state.fields += [(hash_name, field_name, value) for field_name, value
+                             in zip(limit_fields, values, strict=True) if value is not None]
         for name, value in zip(pause_fields, pauses, strict=True):
             if value is not None:
                 state.fields.append((keys.pauses.removeprefix(tag), name, value))

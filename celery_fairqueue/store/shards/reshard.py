@@ -30,7 +30,15 @@ from ...errors import FairqueueError
 from ...settings import FairqueueSettings
 from ..connection.connect import AnyClient
 from ..formats.dead_letter import DeadLetter
-from ..formats.keys import DEFAULT_LIMIT_FIELD, Keys, decode_id, encode_id
+from ..formats.keys import (
+    DEFAULT_LIMIT_FIELD,
+    IN_QUEUE_PREFIX,
+    Keys,
+    decode_id,
+    encode_id,
+    is_account_field,
+    parse_in_queue_field,
+)
 from ..formats.records import JobRecord
 from .account_move import AccountMover, text
 from .fleet_wait import wait_for_fleet
@@ -97,6 +105,11 @@ class Resharder:
                                f"shrink it, drain it into a new store of {self.to})")
         shards = [FairStore(self.client, Keys(self.keys.prefix, n), self.settings)
                   for n in range(self.to)]
+        if moving is None and (quotas := [queue for queue, _ in shards[0].queue_limits()]):
+            raise ReshardError(
+                f"queue(s) {', '.join(map(repr, sorted(quotas)))} have a shared limit, which "
+                f"a sharded store cannot keep exact yet: clear it first "
+                f"(celery_fairqueue.clear_queue_limit(app, queue))")
         mover = AccountMover(shards)
         self._announce(old, mover)
         self._copy_store_wide(shards, old)
@@ -132,12 +145,18 @@ class Resharder:
             mover.weigh(0)
 
     def _copy_store_wide(self, shards: list[FairStore], old: int) -> None:
-        """What every shard keeps a copy of, to the new shards: the store's default limit (for
-        their claims) and the queues' operator pauses; and the home's event stream and its
-        consumer groups, so that a recorder misses no event of a job on a new shard (the
-        scripts record only into a stream that exists)."""
+        """What every shard keeps a copy of, to the new shards: the store's default limit and
+        the queues' defaults (for their claims) and the queues' operator pauses; and the home's
+        event stream and its consumer groups, so that a recorder misses no event of a job on a
+        new shard (the scripts record only into a stream that exists)."""
         home = shards[0].keys
         default = self.client.hget(home.limits, DEFAULT_LIMIT_FIELD)
+        # the queues' defaults for their accounts, packed and as configured
+        queue_defaults = {key: {text(name): text(raw) for name, raw in self.client.hscan_iter(
+                                    getattr(home, key), match=IN_QUEUE_PREFIX + "*",
+                                    count=SCAN_COUNT)
+                                if (scope := parse_in_queue_field(text(name))) and scope[1] is None}
+                          for key in ("limits", "limit_config")}
         pauses = {name: raw for name, raw in self._hash(home.pauses).items()
                   if name.startswith("q:")}
         groups = [text(group["name"]) for group in self.client.xinfo_groups(home.events)
@@ -145,6 +164,9 @@ class Resharder:
         for shard in shards[old:]:
             if default is not None:
                 self.client.hset(shard.keys.limits, DEFAULT_LIMIT_FIELD, default)
+            for key, fields in queue_defaults.items():
+                if fields:
+                    self.client.hset(getattr(shard.keys, key), mapping=fields)  # type: ignore[arg-type]
             if pauses:
                 self.client.hset(shard.keys.pauses, mapping=pauses)  # type: ignore[arg-type]
             for group in groups:
@@ -202,8 +224,12 @@ class Resharder:
         for _, record in self.client.hscan_iter(keys.records, count=SCAN_COUNT):
             found.add(encode_id(JobRecord.parse(record).account))
         for key in (keys.limits, keys.limit_config, keys.buckets, keys.moved):
-            found |= {name for name, _ in self.client.hscan_iter(key, count=SCAN_COUNT)}
-        found.discard(DEFAULT_LIMIT_FIELD)
+            for name, _ in self.client.hscan_iter(key, count=SCAN_COUNT):
+                scope = parse_in_queue_field(name)
+                if is_account_field(name):
+                    found.add(name)
+                elif scope is not None and scope[1] is not None:  # its limit in one queue
+                    found.add(encode_id(scope[1]))
         for name, _ in self.client.hscan_iter(keys.pauses, count=SCAN_COUNT):
             if name.startswith("a:"):
                 found.add(name.split(":")[1])

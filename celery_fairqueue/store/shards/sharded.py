@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from ...errors import FairqueueError, StoreUnavailableError
+from ...errors import ConfigurationError, FairqueueError, StoreUnavailableError
 from ...limits import AccountLimit
 from ...protocol import delivery_id
 from ...settings import FairqueueSettings
@@ -323,20 +323,39 @@ class ShardedStore(FairStore):
             self._grow(moved.shard + 1)
             return call(self.shards[moved.shard])
 
-    def set_limit(self, account: str, limit: AccountLimit) -> None:
+    def set_limit(self, account: str, limit: AccountLimit, queue: str | None = None) -> None:
         self._chooser.forget()
-        self._on_account_shard(account, lambda shard: shard.set_limit(account, limit))
+        self._on_account_shard(account, lambda shard: shard.set_limit(account, limit, queue))
 
-    def clear_limit(self, account: str) -> None:
+    def clear_limit(self, account: str, queue: str | None = None) -> None:
         self._chooser.forget()
-        self._on_account_shard(account, lambda shard: shard.clear_limit(account))
+        self._on_account_shard(account, lambda shard: shard.clear_limit(account, queue))
 
-    def get_limit(self, account: str) -> AccountLimit | None:
-        return self.shard_for(account).get_limit(account)
+    def get_limit(self, account: str, queue: str | None = None) -> AccountLimit | None:
+        return self.shard_for(account).get_limit(account, queue)
+
+    def set_queue_default_limit(self, queue: str, limit: AccountLimit | None) -> None:
+        """On every shard: each shard's claim reads its own copy."""
+        for shard in self.shards:
+            FairStore.set_queue_default_limit(shard, queue, limit)
+
+    def set_queue_limit(self, queue: str, limit: AccountLimit | None) -> None:
+        """At the home; a sharded store refuses one (its shards' claims cannot see it yet)."""
+        if limit is not None and (len(self.shards) > 1 or self.sharded):
+            raise ConfigurationError(
+                f"queue {queue!r}: a queue's shared limit needs a store of one shard "
+                f"(fairqueue_shards = 1); this store has {len(self.shards)}")
+        FairStore.set_queue_limit(self, queue, limit)
 
     def limits(self) -> Iterator[tuple[str, AccountLimit]]:
         for shard in self.shards:
             yield from FairStore.limits(shard)
+
+    def limits_in_queues(self) -> Iterator[tuple[str, str | None, AccountLimit]]:
+        """The accounts' limits in a queue from every shard; the queues' defaults (every shard
+        holds a copy) from the home."""
+        for n, shard in enumerate(self.shards):
+            yield from (row for row in FairStore.limits_in_queues(shard) if row[1] or n == 0)
 
     def refresh_windows(self) -> int:
         return sum(FairStore.refresh_windows(shard) for shard in self.shards)

@@ -5,8 +5,8 @@
 - ``leases.py``: the lease, the unit of work a claim returns, and every way it settles.
 - ``fleet.py``: the registry of live workers and their heartbeat (``heartbeat.lua`` extends
   the leases, ``reap.lua`` returns the expired ones).
-- ``operator.py``: pause and resume, cancel, run now, limits (``apply_limit.lua``) and the
-  default limit, dead letters taken, put back and purged.
+- ``operator.py``: pause and resume, cancel, run now, limits (``apply_limit.lua``), a queue's
+  limits (``queue_limit.lua``) and the default limit, dead letters taken, put back and purged.
 - ``upgrade.py``: adopting the layout before job records.
 
 May import: formats, connection.

@@ -19,7 +19,17 @@ from ...errors import AccountMovingError
 from ...limits import AccountLimit
 from ...protocol import delivery_id
 from ..connection.door import StoreDoor
-from ..formats.keys import DEFAULT_LIMIT_FIELD, decode_id, encode_id
+from ..formats.keys import (
+    DEFAULT_LIMIT_FIELD,
+    IN_QUEUE_PREFIX,
+    QUEUE_LIMIT_PREFIX,
+    decode_id,
+    encode_id,
+    in_queue_field,
+    is_account_field,
+    parse_in_queue_field,
+    queue_limit_field,
+)
 from ..formats.records import JobRecord, member_job_id
 from .jobs import AccountMoved
 
@@ -126,43 +136,94 @@ class Operator(StoreDoor):
             limit.to_json(), limit.pack(self.server_time()), "1" if only_if_unset else "0"])
         return AccountLimit.from_json(raw)
 
-    def set_limit(self, account: str, limit: AccountLimit) -> None:
-        """Store an account's limit; it applies from the next claim, deferred or not."""
-        self._apply_limit(encode_id(account), limit.pack(self.server_time()), limit.to_json())
+    def set_limit(self, account: str, limit: AccountLimit, queue: str | None = None) -> None:
+        """Store an account's limit (across its queues, or in ``queue`` only); it applies from
+        the next claim, deferred or not."""
+        self._apply_limit(account, limit.pack(self.server_time()), limit.to_json(), queue)
 
-    def clear_limit(self, account: str) -> None:
-        """Drop an account's own limit; the default limit applies again."""
-        self._apply_limit(encode_id(account), "", "")
+    def clear_limit(self, account: str, queue: str | None = None) -> None:
+        """Drop an account's own limit (in ``queue``); the default limit applies again."""
+        self._apply_limit(account, "", "", queue)
 
-    def _apply_limit(self, encoded_account: str, packed: str, config: str) -> None:
+    def _apply_limit(self, account: str, packed: str, config: str, queue: str | None) -> None:
         """Store (``packed`` "": drop) an account's own limit and apply it now
         (apply_limit.lua)."""
+        encoded = encode_id(account)
+        field = encoded if queue is None else in_queue_field(queue, account)
         queues = self.known_queues()
         unless_moving(self._run("apply_limit", [self.keys.queue(q) for q in queues],
-                                [encoded_account, packed, config]),
-                      decode_id(encoded_account), "change the limit of")
+                                [encoded, packed, config, field,
+                                 "" if queue is None else encode_id(queue)]),
+                      account, "change the limit of")
+
+    def set_queue_default_limit(self, queue: str, limit: AccountLimit | None) -> None:
+        """The default limit of ``queue``'s accounts that have no limit of their own in it
+        (None: drop it); the claim applies it from its next call."""
+        self._queue_limit(queue, in_queue_field(queue, None), limit)
+
+    def set_queue_limit(self, queue: str, limit: AccountLimit | None) -> None:
+        """``queue``'s shared limit, all its accounts together (None: drop it); the claim
+        applies it from its next call."""
+        self._queue_limit(queue, queue_limit_field(queue), limit)
+
+    def _queue_limit(self, queue: str, field: str, limit: AccountLimit | None) -> None:
+        self._run("queue_limit", [self.keys.queue(q) for q in self.known_queues()], [
+            field, limit.pack(self.server_time()) if limit else "",
+            limit.to_json() if limit else "", encode_id(queue)])
+
+    def queue_limits(self) -> Iterator[tuple[str, AccountLimit]]:
+        """``(queue, its shared limit)`` of every queue that has one."""
+        for field, raw in self.client.hscan_iter(self.keys.limit_config,
+                                                 match=QUEUE_LIMIT_PREFIX + "*", count=500):
+            yield decode_id(_text(field)[len(QUEUE_LIMIT_PREFIX):]), AccountLimit.from_json(raw)
+
+    def queue_limit(self, queue: str) -> AccountLimit | None:
+        """``queue``'s shared limit, or None."""
+        raw = self.client.hget(self.keys.limit_config, queue_limit_field(queue))
+        return AccountLimit.from_json(raw) if raw else None
 
     def limits(self) -> Iterator[tuple[str, AccountLimit]]:
-        """Every account's own limit, as set (``set_account_limit`` or the admin)."""
+        """Every account's own limit across its queues, as set (``set_account_limit`` or the
+        admin)."""
         for encoded, raw in self.client.hscan_iter(self.keys.limit_config, count=500):
-            yield decode_id(encoded), AccountLimit.from_json(raw)
+            if is_account_field(_text(encoded)):
+                yield decode_id(encoded), AccountLimit.from_json(raw)
 
-    def get_limit(self, account: str) -> AccountLimit | None:
-        raw = self.client.hget(self.keys.limit_config, encode_id(account))
+    def limits_in_queues(self) -> Iterator[tuple[str, str | None, AccountLimit]]:
+        """``(queue, account, limit)`` of every limit in one queue: an account's own, or the
+        queue's default (``account`` None)."""
+        for field, raw in self.client.hscan_iter(self.keys.limit_config,
+                                                 match=IN_QUEUE_PREFIX + "*", count=500):
+            scope = parse_in_queue_field(_text(field))
+            if scope is not None:
+                yield scope[0], scope[1], AccountLimit.from_json(raw)
+
+    def get_limit(self, account: str, queue: str | None = None) -> AccountLimit | None:
+        """The account's own limit (in ``queue``), or None."""
+        field = encode_id(account) if queue is None else in_queue_field(queue, account)
+        raw = self.client.hget(self.keys.limit_config, field)
+        return AccountLimit.from_json(raw) if raw else None
+
+    def queue_default_limit(self, queue: str) -> AccountLimit | None:
+        """The default limit of ``queue``'s accounts, or None."""
+        raw = self.client.hget(self.keys.limit_config, in_queue_field(queue, None))
         return AccountLimit.from_json(raw) if raw else None
 
     def refresh_windows(self) -> int:
         """Recompute the window schedules of accounts that have one, and of the store's default
-        limit (they run a week ahead)."""
+        limit and the queues' (they run a week ahead)."""
         now = self.server_time()
         refreshed = 0
         default = self.default_limit()
         if default is not None and default.window:
             self.client.hset(self.keys.limits, DEFAULT_LIMIT_FIELD, default.pack(now))
             refreshed += 1
-        for account, limit in self.limits():
+        scoped = [(encode_id(account), limit) for account, limit in self.limits()]
+        scoped += [(in_queue_field(queue, account), limit)
+                   for queue, account, limit in self.limits_in_queues()]
+        for field, limit in scoped:
             if limit.window:
-                self.client.hset(self.keys.limits, encode_id(account), limit.pack(now))
+                self.client.hset(self.keys.limits, field, limit.pack(now))
                 refreshed += 1
         return refreshed
 

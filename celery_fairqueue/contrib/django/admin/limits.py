@@ -1,5 +1,6 @@
-"""Account limits in the admin: read from and written to the fair store (Redis), which owns
-them; the account page links here and edits them too."""
+"""Account limits and queues' shared limits in the admin: read from and written to the fair
+store (Redis), which owns them; the account page links here and edits account limits too. A
+queue's shared limit has its own permissions (the QueueLimit model's)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from ....errors import StoreUnavailableError
 from ....store import store_for
 from ..conf import celery_app
-from ..models import AccountLimit
+from ..models import AccountLimit, QueueLimit
 from .common import account_link
 
 
@@ -47,8 +48,8 @@ class AccountLimitAdmin(admin.ModelAdmin):
     limits set from code show here, and saving one here is what ``set_account_limit`` does."""
 
     form = AccountLimitForm
-    list_display = ("account_page", "rate", "burst", "concurrency", "window", "tz", "weight",
-                    "updated_at")
+    list_display: tuple[str, ...] = ("account_page", "rate", "burst", "concurrency", "window",
+                                     "tz", "weight", "updated_at")
     search_fields = ("^account",)
 
     @admin.display(description="account", ordering="account")
@@ -68,7 +69,7 @@ class AccountLimitAdmin(admin.ModelAdmin):
 
     def _mirror(self, request: HttpRequest) -> None:
         try:
-            AccountLimit.mirror_store()
+            self.model.mirror_store()
         except StoreUnavailableError as exc:
             self.message_user(request, "The fair store (Redis) cannot be reached, so these are "
                                        f"the limits last seen there: {exc}", messages.WARNING)
@@ -87,3 +88,19 @@ class AccountLimitAdmin(admin.ModelAdmin):
                                        f"was not deleted: {down}", messages.ERROR)
             return HttpResponseRedirect(request.path)
         return super().delete_view(request, object_id, extra_context)
+
+
+class QueueLimitForm(AccountLimitForm):
+    class Meta:
+        model = QueueLimit
+        fields = ("queue", "rate", "burst", "concurrency")
+
+
+@admin.register(QueueLimit)
+class QueueLimitAdmin(AccountLimitAdmin):
+    """A queue's shared limit (a provider's quota: all its accounts together), read from and
+    written to the fair store as ``set_queue_limit`` does; past it the queue's jobs wait."""
+
+    form = QueueLimitForm
+    list_display: tuple[str, ...] = ("queue", "rate", "burst", "concurrency", "updated_at")
+    search_fields = ("^queue",)

@@ -16,8 +16,8 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from ....limit_reports import limit_text
 from ....reasons import reason_text
-from ....reports import limit_text
 from ....states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, ACCOUNTS_READY, Reason
 from ....store import QueueState
 from ....tables import duration, truncate
@@ -38,8 +38,8 @@ PAGE_SIZE = 50  # each account on the page costs a read of the store
 OVERVIEW_ID_WIDTH = 24  # an account id in the overview's first column: one line
 REFRESH_SECONDS = 5
 REASON_ORDER = (Reason.MOVING, Reason.PAUSED, Reason.NO_WORKER, Reason.WINDOW_CLOSED,
-                Reason.RATE_LIMITED, Reason.CONCURRENCY_CAP, Reason.RUNNABLE,
-                Reason.NO_READY_JOBS)
+                Reason.RATE_LIMITED, Reason.CONCURRENCY_CAP, Reason.QUEUE_QUOTA,
+                Reason.RUNNABLE, Reason.NO_READY_JOBS)
 #: The overview's column heads: the words of states.py, as the CLI's status uses them.
 LABELS = {"accounts_ready": ACCOUNTS_READY, "accounts_deferred": ACCOUNTS_DEFERRED,
           "accounts_paused": ACCOUNTS_PAUSED}

@@ -21,9 +21,9 @@ from ....install import clear_account_limit, set_account_limit
 from ....install import pause as store_pause
 from ....install import resume as store_resume
 from ....install import run_now as store_run_now
+from ....limit_reports import limit_text
 from ....limits import AccountLimit as Limit
 from ....protocol import task_id_of
-from ....reports import limit_text
 from ..conf import celery_app
 from ..models import Account, Job
 from .views import User, require
@@ -31,6 +31,8 @@ from .views import User, require
 PAUSE_PERMISSION = "celery_fairqueue.pause_account"
 RESUME_PERMISSION = "celery_fairqueue.resume_account"
 LIMIT_PERMISSION = "celery_fairqueue.edit_account_limit"
+#: A queue's shared limit (a provider's quota for every account): the admin's QueueLimit.
+QUEUE_LIMIT_PERMISSION = "celery_fairqueue.change_queuelimit"
 CANCEL_PERMISSION = "celery_fairqueue.cancel_job"
 RUN_NOW_PERMISSION = "celery_fairqueue.run_job_now"
 REASON_LENGTH = 200

@@ -2,11 +2,24 @@
 -- (writers/leases.py is the Python side).
 -- include: keys events records markers rotation
 
--- A leased job of the account stopped running. Only the jobs of an account with a concurrency
--- cap are counted in qk.running (``capped``: it had one when the job was leased), for its cap;
--- the console counts the others off the lease set. An account waiting on its cap may go again.
+-- What a leased job was counted in (its record's ``capped``): '-' nothing, 'c' its account's
+-- running jobs in the queue (qk.running[account], for its cap), 'q' the queue's running jobs
+-- (qk.running['*'], for the queue's shared concurrency, set_queue_limit), 'b' both.
+local function counted_for_account(capped)
+  return capped == 'c' or capped == 'b'
+end
+
+local function counted_for_queue(capped)
+  return capped == 'q' or capped == 'b'
+end
+
+-- A leased job of the account stopped running: its counts go down (the console counts the
+-- jobs of accounts without a cap off the lease set). An account waiting on its cap may go again.
 local function release_running(qk, account, capped)
-  if capped then
+  if counted_for_queue(capped) then
+    hincr_or_drop(qk.running, '*', -1)
+  end
+  if counted_for_account(capped) then
     hincr_or_drop(qk.running, account, -1)
     if redis.call('HGET', qk.state, account) == 'c' then
       rotate_in_or_forget(qk, account)
@@ -14,22 +27,27 @@ local function release_running(qk, account, capped)
   end
 end
 
--- A limit changed (``account``'s, or the default: nil): count the leased jobs of the accounts
--- concerned again, every one of them counted and flagged, so that a cap set now counts what
--- runs already, exactly, and each job's release takes its count back. O(leased jobs): as many
--- as the workers' slots. ``index``: queue name -> its position in KEYS.
+-- A limit changed (``account``'s, or a store-wide one: nil): count the leased jobs concerned
+-- again, every one of them counted and flagged, so that a cap set now counts what runs
+-- already, exactly, and each job's release takes its count back: for the account's cap (of
+-- ``account``, or of every account), and for nil also the queues' shared count ('*'). O(leased
+-- jobs): as many as the workers' slots. ``index``: queue name -> its position in KEYS.
 local function recount_running(account, index)
   local counts = {}
   for _, job_id in ipairs(redis.call('ZRANGE', K_LEASES, 0, -1)) do
     local job = read_job(job_id)
     local i = job and job.owner ~= '-' and index[job.queue]
     if i and (account == nil or job.account == account) then
-      if job.capped ~= 'c' then
-        job.capped = 'c'
+      local flag = (account == nil or counted_for_queue(job.capped)) and 'b' or 'c'
+      if job.capped ~= flag then
+        job.capped = flag
         write_job(job_id, job)
       end
       counts[i] = counts[i] or {}
       counts[i][job.account] = (counts[i][job.account] or 0) + 1
+      if account == nil then
+        counts[i]['*'] = (counts[i]['*'] or 0) + 1
+      end
     end
   end
   for i = 1, queue_count() do
@@ -59,7 +77,7 @@ end
 -- record no longer names an owner (the caller writes or forgets it), and its slot is free.
 local function release_lease(qk, job_id, job)
   redis.call('ZREM', K_LEASES, job_id)
-  release_running(qk, job.account, job.capped == 'c')
+  release_running(qk, job.account, job.capped)
   job.owner, job.started, job.capped = '-', '-', '-'
 end
 

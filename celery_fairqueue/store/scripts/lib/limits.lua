@@ -1,5 +1,10 @@
--- Limits and buckets: a packed limit (limits.AccountLimit.pack) and an account's token bucket
--- (formats/records.py's Bucket). The bucket's decision is claim.lua's.
+-- Limits and buckets: where a limit is decided. A packed limit (limits.AccountLimit.pack), an
+-- account's token buckets (formats/records.py's Bucket), which limits bind an account in a
+-- queue (binding_limits: its own across queues or the store's default, with its own in the
+-- queue or the queue's default), and the checks the claim asks of them: is the window open
+-- (window_wake), is there a token (take_token: the refill, the check and the take).
+-- claim.lua asks them in turn and decides what a "no" does (defer, hold).
+-- include: keys
 
 -- A packed limit is "rate burst concurrency windows weight" (limits.AccountLimit.pack): rate in
 -- jobs/s (0 = none), windows "-" or "open,close;open,close" in epoch seconds, computed ahead by
@@ -10,16 +15,120 @@ local function split_limit(packed)
   return tonumber(rate), tonumber(burst), tonumber(cap), windows, tonumber(weight) or 1
 end
 
--- An account's token bucket is "tokens updated_at" (records.Bucket); nil, nil when it has none.
-local function read_bucket(account)
-  local bucket = redis.call('HGET', K_BUCKETS, account)
-  if not bucket then
-    return nil, nil
-  end
-  local tokens, updated = string.match(bucket, '^(%S+) (%S+)$')
-  return tonumber(tokens), tonumber(updated)
+-- The field of an account's limit and bucket in one queue, or (account '*') of the queue's
+-- default limit (keys.in_queue_field): encoded names, so ':' and '*' only separate.
+local function in_queue_field(queue, account)
+  return 'q:' .. queue .. ':' .. account
 end
 
-local function write_bucket(account, tokens, updated)
-  redis.call('HSET', K_BUCKETS, account, string.format('%.17g %.17g', tokens, updated))
+-- The field of a queue's shared limit and of the bucket its accounts share
+-- (keys.queue_limit_field).
+local function queue_limit_field(queue)
+  return 'Q:' .. queue
+end
+
+-- A queue's shared limit (set_queue_limit), packed as an account's is: its rate, burst and
+-- concurrency (0: none) and its bucket's field; ``running``, the queue's jobs running now
+-- (qk.running['*']), is read when first asked (quota_full), after the claim's acks settled.
+local function queue_quota(qk, packed)
+  local rate, burst, cap = split_limit(packed)
+  return {rate = rate, burst = burst, cap = cap, field = queue_limit_field(qk.name)}
+end
+
+-- Whether the queue runs as many jobs as its shared concurrency allows.
+local function quota_full(qk)
+  local quota = qk.quota
+  if not quota or quota.cap <= 0 then
+    return false
+  end
+  quota.running = quota.running or hget_number(qk.running, '*')
+  return quota.running >= quota.cap
+end
+
+-- The window's answer at ``now``: nil while it is open, else when it opens next.
+local function window_wake(windows, now)
+  if windows == '-' then return nil end
+  for open, close in string.gmatch(windows, '([%d%.]+),([%d%.]+)') do
+    if now < tonumber(open) then return tonumber(open) end
+    if now < tonumber(close) then return nil end
+  end
+  return now + 60  -- every window is past: closed until a worker refreshes the schedule
+end
+
+-- The limits that bind ``account`` in queue ``qk`` at ``now``, as one: ``packed``, its own
+-- across its queues (else the store's default), and ``here``, its own in this queue (else the
+-- queue's default; nil: none), as claim.lua read them (limits_of). Returns {weight (the
+-- store-wide limit's), cap (the smaller, 0: none), wake (the later window's opening, nil:
+-- open), buckets (field, rate, burst, shared) to take a token from}: the queue's shared bucket
+-- last, when the queue has a shared rate (qk.quota).
+local function binding_limits(qk, account, packed, here, now)
+  local rate, burst, cap, windows, weight = split_limit(packed)
+  local limit = {weight = weight, cap = cap, wake = window_wake(windows, now), buckets = {}}
+  if rate > 0 then
+    limit.buckets[1] = {account, rate, burst}
+  end
+  if here then
+    local q_rate, q_burst, q_cap, q_windows = split_limit(here)
+    if q_cap > 0 and (cap == 0 or q_cap < cap) then
+      limit.cap = q_cap
+    end
+    local q_wake = window_wake(q_windows, now)
+    if q_wake and (limit.wake == nil or q_wake > limit.wake) then
+      limit.wake = q_wake
+    end
+    if q_rate > 0 then
+      limit.buckets[#limit.buckets + 1] = {in_queue_field(qk.name, account), q_rate, q_burst}
+    end
+  end
+  if qk.quota and qk.quota.rate > 0 then
+    limit.buckets[#limit.buckets + 1] = {qk.quota.field, qk.quota.rate, qk.quota.burst, true}
+  end
+  return limit
+end
+
+-- A token bucket is "tokens updated_at" (records.Bucket): its level at ``now``, refilled at
+-- ``rate`` a second up to ``burst``; a bucket never written is full.
+local function bucket_level(stored, rate, burst, now)
+  if not stored then
+    return burst
+  end
+  local tokens, updated = string.match(stored, '^(%S+) (%S+)$')
+  return math.min(burst, tonumber(tokens) + math.max(0, now - tonumber(updated)) * rate)
+end
+
+-- The buckets' refill, check and take at ``now`` (``buckets`` as binding_limits returns them):
+-- a token is taken from every one of them or from none. Returns nil when taken, else when
+-- every bucket will have a token again; when a token taken was the last of the account's own
+-- buckets, when they will all have one again (a queue's shared bucket running dry holds no
+-- account back: the queue waits); and whether a shared bucket was short. One HMGET and one
+-- HSET, however many buckets.
+local function take_token(buckets, now)
+  if #buckets == 0 then return nil, nil end
+  local fields, levels = {}, {}
+  for n, bucket in ipairs(buckets) do
+    fields[n] = bucket[1]
+  end
+  local stored = redis.call('HMGET', K_BUCKETS, unpack(fields))
+  local wake, next_token, shared_short = nil, nil, false
+  for n, bucket in ipairs(buckets) do
+    levels[n] = bucket_level(stored[n], bucket[2], bucket[3], now)
+    if levels[n] < 1 then
+      wake = math.max(wake or now, now + (1 - levels[n]) / bucket[2])
+      shared_short = shared_short or bucket[4] == true
+    end
+  end
+  local writes = {}
+  for n, bucket in ipairs(buckets) do
+    local tokens = levels[n]
+    if not wake then
+      tokens = tokens - 1
+      if tokens < 1 and not bucket[4] then
+        next_token = math.max(next_token or now, now + (1 - tokens) / bucket[2])
+      end
+    end
+    writes[#writes + 1] = bucket[1]
+    writes[#writes + 1] = string.format('%.17g %.17g', tokens, now)
+  end
+  redis.call('HSET', K_BUCKETS, unpack(writes))
+  return wake, next_token, shared_short
 end

@@ -1,5 +1,6 @@
 -- The rotation and its weights: which accounts may run now, in start-time fair queueing over
--- virtual time (the pick itself is claim.lua's), ready and delayed jobs, operator pauses.
+-- virtual time, and the pick's step (next_tag, take_head: claim.lua pops the lowest tag and
+-- asks the limits); ready and delayed jobs, operator pauses.
 -- include: keys limits
 
 -- A rotation member (QueueKeys.tags) is "stamp account", and " weight" after it in a sharded
@@ -195,4 +196,44 @@ local function queue_paused(qk)
     any_pause = redis.call('HLEN', K_PAUSES) > 0
   end
   return any_pause and redis.call('HEXISTS', K_PAUSES, 'q:' .. qk.name) == 1
+end
+
+-- The virtual tag an account served at ``tag`` moves on to: one turn over its weight.
+local function next_tag(tag, weight)
+  return tag + math.floor(VIRTUAL_TURN / weight + 0.5)
+end
+
+-- The account's head job leaves ready; the account goes on in the rotation at ``tag`` if it has
+-- ``more``, else leaves it and remembers ``tag`` (finish: join_rotation; written when the claim
+-- ends, in one ZADD, and not at all when the claim finds the rotation empty, which forgets the
+-- finish tags: see leave_tags). ``held``: this job took the account to its limit (its last
+-- token, its last slot under the cap): it leaves the rotation now, remembering ``tag`` too,
+-- and the caller defers it; left in, it would come up at its next turn only to be skipped, a
+-- wasted step of every claim per job of it. ``qk.weight_change`` is the claim's running sum of
+-- the rotation's weight change.
+local function take_head(qk, account, head, more, tag, held, weight)
+  redis.call('ZREM', qk.ready, head)
+  if more then
+    if held then
+      redis.call('ZADD', qk.finish, tag, account)
+    else
+      redis.call('ZADD', qk.tags, tag, rotation_member(account, weight))
+      qk.weight_change = qk.weight_change + weight
+    end
+  else
+    redis.call('HDEL', qk.state, account)
+    qk.finished[#qk.finished + 1] = tag
+    qk.finished[#qk.finished + 1] = account
+  end
+end
+
+-- The finish tags of the accounts that left the rotation in this claim; when the claim found
+-- the rotation empty, none: no account waits, so virtual time starts again at the next to join
+-- (join_rotation), and no tag is left behind meanwhile.
+local function leave_tags(qk)
+  if qk.drained then
+    redis.call('DEL', qk.finish)
+  elseif #qk.finished > 0 then
+    redis.call('ZADD', qk.finish, unpack(qk.finished))
+  end
 end

@@ -20,7 +20,10 @@ from django.core.exceptions import PermissionDenied
 from django.core.management.base import BaseCommand, CommandError
 
 from celery_fairqueue.contrib.django.conf import celery_app
-from celery_fairqueue.contrib.django.console.actions import LIMIT_PERMISSION
+from celery_fairqueue.contrib.django.console.actions import (
+    LIMIT_PERMISSION,
+    QUEUE_LIMIT_PERMISSION,
+)
 from celery_fairqueue.contrib.django.console.overview import account_overview
 from celery_fairqueue.contrib.django.console.views import (
     purge_dead_letters,
@@ -36,16 +39,15 @@ from celery_fairqueue.errors import (
     StoreUnavailableError,
 )
 from celery_fairqueue.install import pause, resume
+from celery_fairqueue.limit_reports import default_limit_text, limits_command
 from celery_fairqueue.reports import (
     BatchOutcome,
     PurgeSelectionError,
     accounts_text,
     cancel_each,
     dead_letters_report,
-    default_limit_text,
     failure_lines,
     jobs_report,
-    limits_command,
     named_letters_report,
     pause_report,
     purge_selection,
@@ -132,15 +134,21 @@ class Command(BaseCommand):
             action.add_argument("--user", required=True, help=USER_HELP.format(perm=perm))
 
         limits = commands.add_parser(
-            "limits", help="The store's default limit and the accounts' own limits with their "
-                           "weights; --default or --account sets one (needs --user with "
-                           f"{LIMIT_PERMISSION.split('.')[1]}).")
+            "limits", help="The store's default limit, the accounts' own limits with their "
+                           "weights and the queues' limits; --default or --account sets one "
+                           f"(needs --user with {LIMIT_PERMISSION.split('.')[1]}), --queue "
+                           "alone a queue's shared limit (needs --user with "
+                           f"{QUEUE_LIMIT_PERMISSION.split('.')[1]}).")
         limits.add_argument("--default", action="store_true", dest="set_default",
                             help="Set the default limit to the options given.")
         limits.add_argument("--account", help="Set this account's own limit to the options "
                                               "given (show it when none is given).")
+        limits.add_argument("--queue", help="Alone: set this queue's shared limit (--rate, "
+                                            "--burst, --concurrency); with --account: the "
+                                            "account's limit in it; with --default: its default "
+                                            "for accounts.")
         limits.add_argument("--clear", action="store_true",
-                            help="With --account: drop its own limit.")
+                            help="Drop the limit the other options name.")
         for option, kind in (("--rate", str), ("--burst", float), ("--concurrency", int),
                              ("--window", str), ("--tz", str), ("--weight", int)):
             limits.add_argument(option, type=kind)
@@ -235,21 +243,24 @@ class Command(BaseCommand):
         given = {name: options[name]
                  for name in ("rate", "burst", "concurrency", "window", "tz", "weight")}
         changes = options["set_default"] or options["clear"] or (
-            options["account"] is not None and any(v is not None for v in given.values()))
+            (options["account"], options["queue"]) != (None, None)
+            and any(v is not None for v in given.values()))
         if changes:
             if not options["user"]:
-                raise CommandError("--default, --clear and setting an account's limit need "
-                                   "--user")
-            require(self.user(options["user"]), LIMIT_PERMISSION)
+                raise CommandError("--default, --clear and setting an account's or a queue's "
+                                   "limit need --user")
+            shared = options["account"] is None and not options["set_default"]
+            require(self.user(options["user"]),
+                    QUEUE_LIMIT_PERMISSION if shared else LIMIT_PERMISSION)
         try:
             text = limits_command(celery_app(), set_default=options["set_default"],
                                   account=options["account"], clear=options["clear"],
-                                  given=given)
+                                  given=given, queue=options["queue"])
         except InvalidLimitError as exc:
             raise CommandError(str(exc)) from exc
         if text:
             self.stdout.write(text)
-        if options["account"] is None:
+        if options["account"] is None and options["queue"] is None:
             self.stdout.write(default_limit_text(store.default_limit()))
 
     def scope(self, options: dict[str, Any]) -> tuple[str | None, str | None]:

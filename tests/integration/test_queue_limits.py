@@ -1,0 +1,247 @@
+"""A queue's shared limit (issue 45, item 1): a quota all its accounts share, checked by the
+claim with each account's own, on a real redis-server and real ``celery worker`` processes."""
+
+import itertools
+import json
+import time
+
+import pytest
+
+import celery_fairqueue
+from celery_fairqueue.errors import ConfigurationError, InvalidLimitError
+from celery_fairqueue.limits import AccountLimit
+from celery_fairqueue.reasons import format_clock, reason_text
+from celery_fairqueue.settings import FairqueueSettings
+from celery_fairqueue.states import Reason
+from celery_fairqueue.store import ConsoleReader, FairStore, WorkerRegistration, open_store
+from celery_fairqueue.store.shards.reshard import Resharder, ReshardError
+from tests.harness import wait_until
+from tests.harness.store_tools import claim_jobs
+
+from .conftest import put
+
+NO_LIMIT = AccountLimit().pack(0)
+TOKEN = "worker-a"
+NUMBERS = itertools.count()
+
+
+def fill(store: FairStore, account: str, count: int, queue: str = "linkedin") -> None:
+    for _ in range(count):
+        put(store, account, next(NUMBERS), queue=queue)
+
+
+def claim_all(store: FairStore, queues=("linkedin",), want=50) -> list[tuple[str, str]]:
+    taken = []
+    while leases := claim_jobs(store, list(queues), want, TOKEN, NO_LIMIT):
+        for lease in leases:
+            taken.append((lease.queue, lease.account))
+            store.ack(lease)
+    return taken
+
+
+def test_past_a_queues_quota_its_jobs_wait_with_no_attempt_charged_and_other_queues_go_on(store):
+    store.set_queue_limit("linkedin", AccountLimit(rate="1/h", burst=3))
+    for account in ("a", "b", "c", "d"):
+        fill(store, account, 5)
+        fill(store, account, 2, queue="email")
+    taken = claim_all(store, ("linkedin", "email"))
+    assert len([t for t in taken if t[0] == "linkedin"]) == 3
+    assert len([t for t in taken if t[0] == "email"]) == 8
+    counts = store.counts("linkedin")
+    assert counts["ready"] == 17 and counts["deferred_accounts"] == 0  # the queue waits
+    records = store.client.hvals(store.keys.records)
+    assert records and all(r.split("\n")[0].split(" ")[5] == "0" for r in records)
+
+
+def test_a_queues_quota_goes_to_its_accounts_in_turn_one_token_at_a_time(store):
+    store.set_queue_limit("linkedin", AccountLimit(rate="1/h", burst=4))
+    for account in ("a", "b", "c", "d"):
+        fill(store, account, 3)
+    assert sorted(a for _, a in claim_all(store, want=1)) == ["a", "b", "c", "d"]
+
+
+def test_while_a_queues_quota_binds_its_waiting_accounts_share_it_by_their_weights(store):
+    store.set_queue_limit("linkedin", AccountLimit(rate="40/s", burst=1))
+    weights = {"one": 1, "two": 2, "four": 4}
+    for account, weight in weights.items():
+        if weight > 1:
+            store.set_limit(account, AccountLimit(weight=weight))
+        fill(store, account, 200)
+    taken: list[str] = []
+    started = time.monotonic()
+    while time.monotonic() - started < 3.0:
+        taken += [a for _, a in claim_all(store, want=4)]
+        time.sleep(0.002)
+    assert 110 <= len(taken) <= 125  # 40/s for 3 s, one token at the start
+    shares = {account: taken.count(account) / len(taken) for account in weights}
+    for account, weight in weights.items():
+        assert shares[account] == pytest.approx(weight / 7, abs=0.02), shares
+
+
+def test_an_accounts_own_limit_still_binds_under_a_queues_quota_and_takes_no_quota_token(store):
+    store.set_queue_limit("linkedin", AccountLimit(rate="1/h", burst=3))
+    store.set_limit("slow", AccountLimit(rate="1/h", burst=1))
+    fill(store, "slow", 3)
+    fill(store, "other", 3)
+    assert sorted(a for _, a in claim_all(store)) == ["other", "other", "slow"]
+
+
+def test_a_queues_shared_concurrency_caps_its_running_jobs_and_leaves_slots_to_other_queues(
+        store):
+    store.set_queue_limit("linkedin", AccountLimit(concurrency=2))
+    for account in ("a", "b", "c"):
+        fill(store, account, 3)
+        fill(store, account, 3, queue="email")
+    leases = claim_jobs(store, ["linkedin", "email"], 20, TOKEN, NO_LIMIT)
+    assert sorted(lease.queue for lease in leases) == ["email"] * 9 + ["linkedin"] * 2
+    assert claim_jobs(store, ["linkedin"], 5, TOKEN, NO_LIMIT) == []
+    store.ack(next(lease for lease in leases if lease.queue == "linkedin"))
+    assert [lease.queue for lease in claim_jobs(store, ["linkedin"], 5, TOKEN, NO_LIMIT)] == [
+        "linkedin"]
+
+
+def test_a_shared_concurrency_set_while_jobs_run_counts_them(store):
+    for account in ("a", "b"):
+        fill(store, account, 4)
+    running = claim_jobs(store, ["linkedin"], 3, TOKEN, NO_LIMIT)
+    store.set_queue_limit("linkedin", AccountLimit(concurrency=4))
+    assert len(claim_jobs(store, ["linkedin"], 10, TOKEN, NO_LIMIT)) == 1
+    for lease in running:
+        store.ack(lease)
+    assert len(claim_jobs(store, ["linkedin"], 10, TOKEN, NO_LIMIT)) == 3
+
+
+def test_a_change_of_a_queues_limit_applies_from_the_next_claim(store):
+    store.set_queue_limit("linkedin", AccountLimit(rate="1/h", burst=1))
+    fill(store, "a", 4)
+    assert len(claim_all(store)) == 1
+    store.set_queue_limit("linkedin", AccountLimit(rate="100/s", burst=10))
+    assert len(claim_all(store)) == 3
+    store.set_queue_limit("linkedin", None)
+    assert store.queue_limit("linkedin") is None
+
+
+@pytest.fixture
+def app_store(fair, redis_client):
+    return fair.app, celery_fairqueue.store_for(fair.app)
+
+
+def test_set_queue_limit_through_the_public_api(app_store):
+    app, store = app_store
+    celery_fairqueue.set_queue_limit(app, "linkedin", rate="1000/m", burst=50, concurrency=50)
+    assert celery_fairqueue.get_queue_limit(app, "linkedin") == AccountLimit(
+        rate="1000/m", burst=50, concurrency=50)
+    assert list(store.queue_limits()) == [("linkedin", AccountLimit(rate="1000/m", burst=50,
+                                                                   concurrency=50))]
+    assert list(store.limits()) == [] and list(store.limits_in_queues()) == []
+    celery_fairqueue.clear_queue_limit(app, "linkedin")
+    assert celery_fairqueue.get_queue_limit(app, "linkedin") is None
+
+
+@pytest.mark.parametrize(("fields", "field"), [
+    ({"rate": "1000/fortnight"}, "rate"), ({"burst": -5}, "burst"),
+    ({"concurrency": 0}, "concurrency"), ({"rate": "nan/s"}, "rate")])
+def test_a_bad_queue_limit_names_the_queue_and_the_field_and_changes_nothing(
+        app_store, redis_client, fields, field):
+    app, _ = app_store
+    before = {key: redis_client.dump(key) for key in redis_client.keys("*")}
+    with pytest.raises(InvalidLimitError, match=rf"queue 'linkedin'.*{field}"):
+        celery_fairqueue.set_queue_limit(app, "linkedin", **fields)
+    with pytest.raises(InvalidLimitError, match="queue"):
+        celery_fairqueue.set_queue_limit(app, "x" * 2000, rate="1/s")
+    assert {key: redis_client.dump(key) for key in redis_client.keys("*")} == before
+
+
+def test_a_sharded_store_refuses_a_queue_quota(make_store):
+    sharded = make_store(shards=4, lease_seconds=30.0)
+    with pytest.raises(ConfigurationError, match=r"queue 'linkedin'.*one shard"):
+        sharded.set_queue_limit("linkedin", AccountLimit(rate="5/s"))
+    assert list(sharded.queue_limits()) == []
+
+
+def test_a_reshard_refuses_a_store_holding_a_queue_quota(redis_server, redis_client):
+    one = open_store(FairqueueSettings(redis_url=redis_server.url, shards=1))
+    one.set_queue_limit("linkedin", AccountLimit(rate="5/s"))
+    with pytest.raises(ReshardError, match=r"'linkedin' have a shared limit"):
+        Resharder(FairqueueSettings(redis_url=redis_server.url, shards=1), 4, settle=0).run()
+    assert redis_client.get("{fairqueue}:shards") in (None, "1")
+
+
+@pytest.mark.slow
+def test_a_queue_quota_of_concurrency_4_on_16_threads_never_runs_more_than_4_of_its_jobs(
+        fair, celery_worker_factory, redis_client):
+    """Real workers: sampled from the tasks themselves (the ledger's start and end times) and
+    from the store; the other queue keeps the free threads."""
+    celery_fairqueue.set_queue_limit(fair.app, "linkedin", concurrency=4)
+    for n in range(40):
+        fair.job.apply_async(args=(f"acct{n % 8}", n, 0.1), queue="linkedin")
+    for n in range(1000, 1120):
+        fair.job.apply_async(args=(f"acct{n % 8}", n, 0.1), queue="email")
+    store = celery_fairqueue.store_for(fair.app)
+    celery_worker_factory("tests.apps.fair", queues=["linkedin", "email"], concurrency=8)
+    celery_worker_factory("tests.apps.fair", queues=["linkedin", "email"], concurrency=8)
+    sampled = []
+    deadline = time.monotonic() + 60
+    while redis_client.llen("runs") < 160 and time.monotonic() < deadline:
+        sampled.append(int(redis_client.hget(store.keys.queue("linkedin").running, "*") or 0))
+        time.sleep(0.01)
+    assert redis_client.llen("runs") == 160, redis_client.llen("runs")
+    runs = [json.loads(r) for r in redis_client.lrange("runs", 0, -1)]
+    linkedin = [(r["start"], r["end"]) for r in runs if int(r["key"].split(":")[1]) < 1000]
+    edges = sorted([(s, 1) for s, _ in linkedin] + [(e, -1) for _, e in linkedin])
+    overlap = max(itertools.accumulate(step for _, step in edges))
+    assert overlap <= 4 and max(sampled) <= 4, (overlap, max(sampled))
+    assert overlap >= 3, overlap  # it used what it may (4; 3 leaves room for a loaded machine)
+    email = [(r["start"], r["end"]) for r in runs if int(r["key"].split(":")[1]) >= 1000]
+    edges = sorted([(s, 1) for s, _ in email] + [(e, -1) for _, e in email])
+    # the other queue had the free threads (12 of 16; 8 leaves room for a loaded machine)
+    email_overlap = max(itertools.accumulate(step for _, step in edges))
+    assert email_overlap >= 8, email_overlap
+    assert wait_until(lambda: not redis_client.hget(store.keys.queue("linkedin").running, "*"),
+                      timeout=10)
+
+
+def test_the_console_says_an_account_waits_for_its_queues_shared_limit_and_its_next_token(store):
+    store.register_worker("w1", WorkerRegistration("celery@test", ("linkedin",), 4))
+    store.set_queue_limit("linkedin", AccountLimit(rate="60/h", burst=1))
+    fill(store, "a", 2)
+    fill(store, "b", 2)
+    assert len(claim_all(store)) == 1
+    state = next(s for s in (ConsoleReader(store).account_state(a, ["linkedin"])[0]
+                             for a in ("a", "b")) if s.ready)
+    assert state.reason == Reason.QUEUE_QUOTA and state.until is not None
+    assert 0 < state.until - state.server_time <= 60
+    assert reason_text(state) == ("queue linkedin is at its shared limit of 60/h; next token "
+                                  f"{format_clock(state.until)}")
+    assert Reason.QUEUE_QUOTA.label == "Waiting: its queue is at its shared limit"
+
+
+def test_the_console_says_an_account_waits_for_its_queues_shared_concurrency(store):
+    store.register_worker("w1", WorkerRegistration("celery@test", ("linkedin",), 4))
+    store.set_queue_limit("linkedin", AccountLimit(concurrency=1))
+    fill(store, "a", 2)
+    assert len(claim_jobs(store, ["linkedin"], 5, TOKEN, NO_LIMIT)) == 1
+    [state] = ConsoleReader(store).account_state("a", ["linkedin"])
+    assert (state.reason, reason_text(state)) == (
+        Reason.QUEUE_QUOTA, "queue linkedin is at its shared concurrency: 1 of 1 running")
+
+
+def test_the_deferral_metric_counts_each_reason_a_queue_quota_among_them(fair, redis_client):
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from celery_fairqueue.metrics import METRIC_NAMES, make_registry
+
+    store = celery_fairqueue.store_for(fair.app)
+    store.set_queue_limit("linkedin", AccountLimit(rate="1/h", burst=1))
+    store.set_limit("slow", AccountLimit(rate="1/h", burst=1))
+    fill(store, "a", 3)
+    fill(store, "slow", 3, queue="email")
+    claim_all(store, ("linkedin", "email"), want=1)
+    text = generate_latest(make_registry(fair.app)).decode()
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    assert {s.name for s in samples} <= METRIC_NAMES
+    deferrals = {s.labels["reason"]: s.value for s in samples
+                 if s.name == "fairqueue_deferrals_total"}
+    assert set(deferrals) == {"rate_limited", "window_closed", "concurrency_cap", "queue_quota"}
+    assert deferrals["rate_limited"] >= 1 and deferrals["queue_quota"] >= 1
