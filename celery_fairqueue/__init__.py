@@ -27,6 +27,7 @@ from .install import (
     get_default_limit,
     get_queue_limit,
     install,
+    lift_slow_down,
     pause,
     resume,
     run_now,
@@ -35,7 +36,7 @@ from .install import (
     set_queue_limit,
 )
 from .limits import AccountLimit
-from .retry import PermanentError, RetryableError, RetryPolicy
+from .retry import PermanentError, RetryableError, RetryPolicy, SlowDown
 from .store import DeadLetter, DeadLetters, store_for
 from .task import FairTask, ReliableTask
 
@@ -64,6 +65,7 @@ __all__ = [
     "RetryPolicy",
     "RetryableError",
     "SerializationError",
+    "SlowDown",
     "StoreFullError",
     "StoreUnavailableError",
     "cancel",
@@ -74,6 +76,7 @@ __all__ = [
     "get_default_limit",
     "get_queue_limit",
     "install",
+    "lift_slow_down",
     "pause",
     "resume",
     "run_now",

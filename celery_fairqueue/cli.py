@@ -29,6 +29,7 @@ from .errors import (
     InvalidLimitError,
     StoreUnavailableError,
 )
+from .install import lift_slow_down
 from .install import pause as pause_account
 from .install import resume as resume_account
 from .limit_reports import default_limit_text, limits_command
@@ -40,6 +41,7 @@ from .reports import (
     dead_letters_report,
     failure_lines,
     jobs_report,
+    lift_report,
     named_letters_report,
     pause_report,
     purge_each,
@@ -183,6 +185,21 @@ def resume(ctx: click.Context, account: str | None, queue: str | None, **kwargs:
     resumed = resume_account(_app(ctx), account, queue)
     ctx.obj.echo(resume_report(account, queue, resumed))
     if not resumed:
+        ctx.exit(EX_FAILURE)
+
+
+@fairqueue.command(cls=StoreCommand)
+@click.option("--queue", cls=CeleryOption, required=True, help_group="Pause Options",
+              help="The queue whose provider asked to slow down.")
+@click.option("--account", cls=CeleryOption, help_group="Pause Options",
+              help="The account in that queue (without it: the whole queue's slow-down).")
+@click.pass_context
+def lift(ctx: click.Context, queue: str, account: str | None, **kwargs: Any) -> None:
+    """End a provider's "slow down" now (`fairqueue status` lists them): the jobs it held run
+    again at their limits."""
+    lifted = lift_slow_down(_app(ctx), queue, account)
+    ctx.obj.echo(lift_report(account, queue, lifted))
+    if not lifted:
         ctx.exit(EX_FAILURE)
 
 

@@ -165,6 +165,12 @@ def resume(app: Celery, account: str | None = None, queue: str | None = None) ->
     return store_for(app).resume(None if account is None else str(account), queue)
 
 
+def lift_slow_down(app: Celery, queue: str, account: str | None = None) -> bool:
+    """End a provider's "slow down" of ``account`` in ``queue`` (or, without an account, of
+    the whole ``queue``) now: its jobs run again at their limits. False when none was held."""
+    return store_for(app).lift_slow_down(None if account is None else str(account), queue)
+
+
 def run_now(app: Celery, task_id: str) -> bool:
     """Make a delayed fair job (eta, countdown, retry backoff) ready now; it still waits for its
     account's limits and pauses. False when it is not delayed (ready, running or unknown).

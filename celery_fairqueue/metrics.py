@@ -23,8 +23,10 @@ hash, which the Lua scripts increment anyway.
                                                   pruner.py)
 ``fairqueue_deferrals_total{reason}``             the claim's deferrals by reason (states:
                                                   rate_limited, window_closed,
-                                                  concurrency_cap, queue_quota: a queue at its
-                                                  shared limit stopped a claim)
+                                                  concurrency_cap, slowed: the provider asked
+                                                  an account, or a queue's claim, to slow
+                                                  down; queue_quota: a queue at its shared
+                                                  limit stopped a claim)
 ``fairqueue_oldest_waiting_age_seconds{queue}``   how long the oldest waiting job (ready,
                                                   deferred by a limit, paused, or delayed and
                                                   due) has waited, from Redis; 0: none waits
@@ -76,11 +78,12 @@ COUNTERS = {
     "pruned": "Recorded jobs (Job rows, with their attempts) deleted past their retention.",
 }
 #: The stats field counting each reason of ``fairqueue_deferrals_total`` (claim.lua's defer,
-#: hold_at_cap and wait_for_quota write them).
+#: hold_at_cap, wait_for_quota and a slowed queue's claim write them).
 DEFERRAL_STATS = {
     DeferReason.RATE_LIMITED: "deferred_rate_limited",
     DeferReason.WINDOW_CLOSED: "deferred_window_closed",
     DeferReason.CONCURRENCY_CAP: "capped",
+    DeferReason.SLOWED: "deferred_slowed",  # an account's, and a queue's claims it held
     Reason.QUEUE_QUOTA: "deferred_queue_quota",
 }
 QUEUE_GAUGES = {

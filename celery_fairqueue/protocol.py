@@ -34,6 +34,9 @@ LEASE_HEADER = "fairqueue_lease"
 #: ``apply_async`` option carrying a job's business key as stored (a retry's, a replay's), used
 #: as it is; a user's ``job_key=`` option is scoped by task and account first.
 STORED_JOB_KEY_OPTION = "fairqueue_job_key"
+#: ``apply_async`` option of a retry whose failure said "slow down": (scope, seconds, cause),
+#: which the store holds with the retry (slowdown.py); never a message property.
+SLOW_DOWN_OPTION = "fairqueue_slow_down"
 #: What the store and its events hold where a job has no business key.
 NO_JOB_KEY = "-"
 

@@ -32,6 +32,7 @@ from .protocol import (
     ACCOUNT_HEADER,
     JOB_KEY_HEADER,
     LEGACY_JOB_KEY_HEADER,
+    SLOW_DOWN_OPTION,
     delivery_of,
     is_fair,
     last_enqueued_task_id,
@@ -135,6 +136,7 @@ def prepare_fair(app: Celery, task: FairTask, producer: Any, message: Any,
     task-sent event for a new job, the result subscription put off by results.py)."""
     headers, properties, body, sent_event = message
     options = dict(options)
+    slow_down = options.pop(SLOW_DOWN_OPTION, None)  # a retry's (slowdown.py)
     if options.get("headers"):
         headers.update(options["headers"])
     serializer = options.get("serializer") or app.conf.task_serializer
@@ -170,6 +172,7 @@ def prepare_fair(app: Celery, task: FairTask, producer: Any, message: Any,
         "priority": _priority(properties.get("priority")),
         "expires": eta_timestamp(app, headers.get("expires")),
         "replays": options.get("fairqueue_replays") or "",
+        "slow_down": slow_down,
         "shown_args": shown_arguments(dict(kwargs) if named is None else named, task.redact)}
     subscriptions = put_off_calls()
 

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from .limits import zone
 from .states import Reason
-from .store import QueueQuota, QueueState
+from .store import QueueQuota, QueueState, SlowDownHold
 from .tables import duration
 
 
@@ -36,11 +36,25 @@ def pause_text(state: QueueState) -> str:
     return f"{text}: {state.pause_reason}" if state.pause_reason else text
 
 
+def slow_down_cause(hold: SlowDownHold) -> str:
+    """``429 on job 3f2a...``: what asked to slow down, and the job it answered."""
+    return f"{hold.cause} on job {hold.job}"
+
+
+def slow_down_text(hold: SlowDownHold) -> str:
+    """``the provider asked to slow down until 12:00:05 UTC (429 on job 3f2a...)``."""
+    whom = f" queue {hold.queue}" if hold.account is None else ""
+    return (f"the provider asked{whom} to slow down until {format_clock(hold.until)} "
+            f"({slow_down_cause(hold)})")
+
+
 def reason_text(state: QueueState) -> str:
     """The reason the account's next job in ``state.queue`` does not run now, in words."""
     reason, now = state.reason, state.server_time
     if reason == Reason.PAUSED:
         return pause_text(state)
+    if reason == Reason.SLOWED and state.slowed is not None:
+        return slow_down_text(state.slowed)
     if reason == Reason.MOVING:
         since = f" since {format_clock(state.paused_at)}" if state.paused_at else ""
         return (f"{state.pause_reason or 'moving to another shard'} (fairqueue reshard{since}):"

@@ -20,7 +20,7 @@ from .errors import DeadLetterNotFound, FairqueueError, StoreUnavailableError
 from .idempotency import bound_arguments
 from .install import cancel, run_now
 from .limit_reports import default_limit_text, limit_text
-from .reasons import reason_text
+from .reasons import reason_text, slow_down_cause
 from .redaction import redact_arguments
 from .states import ACCOUNTS_DEFERRED, ACCOUNTS_PAUSED, ACCOUNTS_READY
 from .store import (
@@ -70,6 +70,11 @@ def status_report(app: Celery, status: StoreStatus) -> str:
             ["QUEUE", "ACCOUNT", "BY", "SINCE", "REASON"],
             [[p.queue or "(every queue)", p.account or "(the whole queue)", p.by or "-",
               moment(p.at), p.reason or "-"] for p in status.pauses])]
+    if status.slow_downs:
+        lines += ["", "Slowed down by the provider (lift with `fairqueue lift`):", render(
+            ["QUEUE", "ACCOUNT", "UNTIL", "BECAUSE"],
+            [[h.queue, h.account or "(the whole queue)", moment(h.until), slow_down_cause(h)]
+             for h in status.slow_downs])]
     lines += ["", workers_report(status.workers, now)]
     if status.deferred:
         lines += ["", "Accounts deferred by their limit, soonest to run first:", render(
@@ -190,6 +195,13 @@ def pause_report(pause: OperatorPause) -> str:
 def resume_report(account: str | None, queue: str | None, resumed: bool) -> str:
     what = pause_scope_text(account, queue)
     return f"resumed {what}" if resumed else f"{what} was not paused (nothing to resume)"
+
+
+def lift_report(account: str | None, queue: str, lifted: bool) -> str:
+    what = f"account {account!r} in queue {queue!r}" if account is not None else \
+        f"queue {queue!r}"
+    return f"lifted the provider's slow-down of {what}" if lifted else \
+        f"{what} was not slowed down (nothing to lift)"
 
 
 def each_job(action: Callable[[str], bool], ids: Sequence[str], refused: str) -> BatchOutcome:

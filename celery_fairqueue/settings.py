@@ -119,6 +119,10 @@ class FairqueueSettings:
         "0: no bound.")
     max_retry_delay: float = _setting(
         86400.0, "Longest wait before a retry: a longer Retry-After or backoff is cut to it.")
+    max_slow_down: float = _setting(
+        3600.0, "Longest a \"slow down\" answer (a 429 or 503 with Retry-After, SlowDown) holds "
+        "its scope (the account's jobs in the queue, or the queue) and its job back: a longer "
+        "Retry-After is cut to it.")
     metrics_top_accounts: int = _setting(
         10, "Accounts per queue, those waiting longest, whose oldest waiting age the metrics "
         "show (fairqueue_account_oldest_waiting_age_seconds): it bounds the series. 0: none.")
@@ -161,7 +165,7 @@ class FairqueueSettings:
                 "monitor when fairqueue_redis_url is sentinel://, e.g. {'master_name': 'mymaster'}")
         for name in ("lease_seconds", "heartbeat_interval", "reap_interval", "poll_interval",
                      "shards_check_interval", "job_retention", "enqueue_timeout",
-                     "max_retry_delay"):
+                     "max_retry_delay", "max_slow_down"):
             if not getattr(self, name) > 0 or getattr(self, name) == float("inf"):
                 raise ConfigurationError(f"fairqueue_{name} must be positive and finite")
         if not 1 <= self.shards <= MAX_SHARDS:

@@ -1,6 +1,7 @@
 """The one vocabulary of account states, shared by the store's views, both CLIs, the console
 and the metrics: an account is *ready*, *deferred* by its limit (rate limited, window closed,
-at its concurrency cap; until when) or *paused* by an operator (who, when, why); while
+at its concurrency cap; until when) or by its provider's "slow down" (*slowed*: a 429 or 503
+with Retry-After, SlowDown; until when), or *paused* by an operator (who, when, why); while
 ``fairqueue reshard`` moves it to another shard, it is *moving*. A ready account whose queue is
 at its shared limit (set_queue_limit) keeps its turn and waits with the queue: *queue quota*.
 
@@ -32,6 +33,7 @@ class DeferReason(StrEnum):
     RATE_LIMITED = "rate_limited"
     WINDOW_CLOSED = "window_closed"
     CONCURRENCY_CAP = "concurrency_cap"
+    SLOWED = "slowed"  # the provider asked to slow down (slowdown.py), the account or its queue
 
     @property
     def label(self) -> str:
@@ -47,6 +49,7 @@ class Reason(StrEnum):
     RATE_LIMITED = DeferReason.RATE_LIMITED.value
     WINDOW_CLOSED = DeferReason.WINDOW_CLOSED.value
     CONCURRENCY_CAP = DeferReason.CONCURRENCY_CAP.value
+    SLOWED = DeferReason.SLOWED.value
     PAUSED = AccountState.PAUSED.value
     MOVING = "moving"  # frozen by `fairqueue reshard` while it moves to another shard
     QUEUE_QUOTA = "queue_quota"  # ready, but its queue is at its shared limit (set_queue_limit)
@@ -69,6 +72,7 @@ _REASON_LABELS: dict[str, str] = {
     "rate_limited": "Deferred: rate limited",
     "window_closed": "Deferred: window closed",
     "concurrency_cap": "Deferred: at its concurrency cap",
+    "slowed": "Deferred: the provider asked to slow down",
     "paused": "Paused by an operator",
     "moving": "Moving to another shard",
     "queue_quota": "Waiting: its queue is at its shared limit",

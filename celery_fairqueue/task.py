@@ -42,8 +42,9 @@ from .protocol import (
     normalize_id,
 )
 from .redaction import masked_reprs
-from .retry import PermanentError, RetryPolicy, cut_delay
+from .retry import FailureVerdict, PermanentError, RetryPolicy, cut_delay
 from .settings import settings_for
+from .slowdown import ScopedSlowDown
 from .store import FairStore, store_for
 from .worker.redacted import RedactedOutputs
 
@@ -309,23 +310,29 @@ class ReliableTask(RedactedOutputs, Task):
         """``seconds`` cut to ``fairqueue_max_retry_delay``; not a finite number: the maximum."""
         return cut_delay(seconds, settings_for(self.app).max_retry_delay)
 
+    def slow_down(self, exc: BaseException, verdict: FailureVerdict) -> dict[str, Any]:
+        """The retry's options that hold back more than the job (FairTask): none here."""
+        return {}
+
     def _on_job_failure(self, exc: Exception, job_id: str, args: Sequence[Any],
                         kwargs: dict[str, Any]) -> None:
         """Retry a retryable failure after its delay, else keep the job as a dead letter."""
         request = self.request
         attempts = (request.retries or 0) + 1
         first_failure = getattr(request, FIRST_FAILURE_HEADER, None) or time.time()
+        settings = settings_for(self.app)
         verdict = self.retry_policy.after_failure(
             exc, attempts, gave_up=getattr(request, "fairqueue_gave_up", False),
-            longest=settings_for(self.app).max_retry_delay)
+            longest=settings.max_retry_delay, longest_slow_down=settings.max_slow_down)
         if verdict.retry_in is not None:
+            options = {"countdown": verdict.retry_in, **self.slow_down(exc, verdict)}
             logger.info("fairqueue: %s[%s] attempt %d failed (%s); retrying in %.1fs",
-                        self.name, request.id, attempts, verdict.reason, verdict.retry_in)
+                        self.name, request.id, attempts, verdict.reason, options["countdown"])
             headers = {**(request.headers or {}), FIRST_FAILURE_HEADER: first_failure}
             self._emit(EventType.RETRYING, job=job_id, error=self.describe(exc),
-                       reason=self.masked(verdict.reason), due=time.time() + verdict.retry_in)
-            raise self.retry(exc=exc, countdown=verdict.retry_in,
-                             max_retries=self.retry_policy.max_attempts, headers=headers)
+                       reason=self.masked(verdict.reason), due=time.time() + options["countdown"])
+            raise self.retry(exc=exc, max_retries=self.retry_policy.max_attempts,
+                             headers=headers, **options)
         reason = self.masked(verdict.reason)
         # the task's own PermanentError is a verdict, not a fault: a warning; anything else
         # (a bug, an upstream that never recovered) an error, with Celery's traceback
@@ -349,11 +356,12 @@ class ReliableTask(RedactedOutputs, Task):
             })
 
 
-class FairTask(ReliableTask):
+class FairTask(ScopedSlowDown, ReliableTask):
     """Fair-queued by account, leased, deduplicated at enqueue by business key.
 
     ``account_arg`` names the argument holding the account (or pass ``account=`` to
-    ``apply_async``); a job with no account is refused at enqueue.
+    ``apply_async``); a job with no account is refused at enqueue. ``slow_down_scope``: what a
+    "slow down" answer holds back with its job (slowdown.py).
     """
 
     # The lease, not the ack, protects a running job: ack when it is done, and give a job back
@@ -363,7 +371,6 @@ class FairTask(ReliableTask):
     reject_on_worker_lost = True
     Strategy = "celery_fairqueue.worker.strategy:fair_strategy"
     Request = "celery_fairqueue.worker.request:FairRequest"
-
     def resolve_account(self, args: Sequence[Any], kwargs: dict[str, Any],
                         explicit: Any = None, named: dict[str, Any] | None = None) -> str:
         """The account a job belongs to, or MissingAccountError naming the task."""

@@ -8,6 +8,7 @@ account ids go in and come out decoded.
 from .connection.translate import display_url
 from .formats.dead_letter import DeadLetter
 from .formats.keys import Keys, QueueKeys
+from .formats.records import SlowDownHold
 from .readers.console import (
     REASONS,
     ConsoleReader,
@@ -62,6 +63,7 @@ __all__ = [
     "QueueState",
     "QueueStatus",
     "ScheduledJob",
+    "SlowDownHold",
     "StoreInspector",
     "StoreStatus",
     "StreamLag",

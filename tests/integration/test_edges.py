@@ -60,12 +60,17 @@ def test_a_hostile_retry_after_is_cut_to_fairqueue_max_retry_delay(rel, redis_cl
     store = store_for(rel.app)
     for n, retry_after in enumerate(("inf", "1e12", "nan"), start=1):
         redis_client.set(f"fail:{n}", f"retry_after:{retry_after}:1")
-        result = rel.send_message.delay("acme", n)
+        # an account each: a Retry-After of ours holds its account too (issue 47)
+        result = rel.send_message.delay(f"acme{n}", n)
         [ran] = run_fair_jobs(rel.app, limit=1)  # NaN falls back to the backoff: due now
         assert ran.state == "RETRY", ran.result
         due = store.client.zscore(store.keys.queue("celery").delayed, f"{result.id}:1")
         assert due is not None  # the retry is stored, not lost to an OverflowError
         assert due <= time.time() + store.settings.max_retry_delay + 5
+    # and the holds of its account are cut to fairqueue_max_slow_down (NaN holds nothing)
+    holds = store.slow_downs()
+    assert [hold.account for hold in holds] == ["acme1", "acme2"]
+    assert all(hold.until <= time.time() + store.settings.max_slow_down + 5 for hold in holds)
 
 
 def test_a_stored_message_that_is_not_utf8_harms_only_itself(fair, fair_store, ledger):

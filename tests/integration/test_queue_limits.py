@@ -243,5 +243,6 @@ def test_the_deferral_metric_counts_each_reason_a_queue_quota_among_them(fair, r
     assert {s.name for s in samples} <= METRIC_NAMES
     deferrals = {s.labels["reason"]: s.value for s in samples
                  if s.name == "fairqueue_deferrals_total"}
-    assert set(deferrals) == {"rate_limited", "window_closed", "concurrency_cap", "queue_quota"}
+    assert set(deferrals) == {"rate_limited", "window_closed", "concurrency_cap", "slowed",
+                              "queue_quota"}
     assert deferrals["rate_limited"] >= 1 and deferrals["queue_quota"] >= 1

@@ -119,7 +119,7 @@ def test_retry_after_http_date_is_relative_to_the_clock():
 def test_malformed_retry_after_falls_back_to_backoff():
     policy = RetryPolicy(base=1.0, random=lambda low, high: high)
     assert policy.delay(2, HTTPError(503, {"Retry-After": "soon-ish"})) == 4.0
-    assert parse_retry_after("-5", 0) == 0.0
+    assert parse_retry_after("-5", 0) is None  # issue 47: negative is none (the backoff)
 
 
 def test_attempts_are_counted_including_the_first_run():

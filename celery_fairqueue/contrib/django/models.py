@@ -130,6 +130,7 @@ class Account(Job):
             ("pause_account", "Can pause accounts and queues"),
             ("resume_account", "Can resume paused accounts and queues"),
             ("edit_account_limit", "Can edit account limits from the account page"),
+            ("lift_slow_down", "Can lift a provider's slow-down of accounts and queues"),
         ]
 
 

@@ -29,7 +29,8 @@ EVENTS_CHECK_SECONDS = 5.0  # how often a store asks whether a recorder listens
 SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "apply_limit", "bury",
                 "emit", "take_dead", "restore_dead", "purge_dead", "give_back", "cancel", "pause",
                 "resume", "run_now", "register_worker", "heartbeat", "mark",
-                "set_default_limit", "queue_limit", "upgrade", "read_layout")
+                "set_default_limit", "queue_limit", "upgrade", "read_layout", "slow_down",
+                "lift_slow_down")
 
 
 def wire(value: Any) -> Any:

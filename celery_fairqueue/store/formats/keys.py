@@ -42,6 +42,20 @@ def queue_limit_field(queue: str) -> str:
     return f"{QUEUE_LIMIT_PREFIX}{encode_id(queue)}"
 
 
+def slow_down_field(account: str | None, queue: str) -> str:
+    """The field in ``Keys.pauses`` of a provider's "slow down" of ``account`` in ``queue``, or
+    of the whole ``queue`` (``account`` None); lib/rotation.lua's ``slow_down_field`` builds the
+    same from the encoded names."""
+    if account is None:
+        return f"{QUEUE_SLOW_DOWN_PREFIX}{encode_id(queue)}"
+    return f"{SLOW_DOWN_PREFIX}{encode_id(account)}:{encode_id(queue)}"
+
+
+def is_slow_down_field(field: str) -> bool:
+    """Whether a field of ``Keys.pauses`` is a provider's slow-down, not an operator's pause."""
+    return field.startswith((SLOW_DOWN_PREFIX, QUEUE_SLOW_DOWN_PREFIX))
+
+
 def is_account_field(field: str) -> bool:
     """Whether a field of the limits' hashes is an account's own limit across its queues (an
     encoded account), not the store's default, an in-queue limit or a queue's shared one."""
@@ -72,6 +86,10 @@ IN_QUEUE_PREFIX = "q:"
 #: The prefix of the field of a queue's shared limit (all its accounts together) and of its
 #: bucket: ``Q:<queue>`` (queue_limit_field).
 QUEUE_LIMIT_PREFIX = "Q:"
+#: The prefixes of a provider's slow-down in Keys.pauses: ``s:<account>:<queue>`` holds an
+#: account in one queue, ``S:<queue>`` a whole queue (slow_down_field).
+SLOW_DOWN_PREFIX = "s:"
+QUEUE_SLOW_DOWN_PREFIX = "S:"
 QUEUE_KEY_NAMES = ("state", "ready", "deferred", "delayed", "running", "ndelayed", "deferrals",
                    "tags", "finish", "weight")
 #: The keys of the layout before records: a store holding jobs in them must be
@@ -241,7 +259,9 @@ class Keys:
     @cached_property
     def pauses(self) -> str:
         """Hash of operator pauses -> JSON (by, at, reason): field ``q:<queue>`` pauses a queue,
-        ``a:<account>:<queue>`` an account in one queue, ``a:<account>:*`` in every queue."""
+        ``a:<account>:<queue>`` an account in one queue, ``a:<account>:*`` in every queue; and
+        of a provider's slow-downs -> "ends cause job" (records.SlowDownHold): field
+        ``s:<account>:<queue>`` holds an account in one queue, ``S:<queue>`` a queue."""
         return self._key("pauses")
 
     @cached_property

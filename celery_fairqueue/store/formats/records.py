@@ -299,6 +299,34 @@ class Deferral:
 
 
 @dataclass(frozen=True)
+class SlowDownHold:
+    """A provider's "slow down" held on an account in a queue, or on a queue (Keys.pauses,
+    lib/rotation.lua's slow_down): until when (server time), what said so (``429``,
+    ``SlowDown``, ...) and the task id of the job that got it."""
+
+    account: str | None  # None: the whole queue
+    queue: str
+    until: float
+    cause: str
+    job: str
+
+    @classmethod
+    def parse(cls, field: str, raw: str | bytes) -> SlowDownHold:
+        """The hold stored as ``raw`` at ``field`` (keys.slow_down_field)."""
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        until, cause, job = [*text.split(" "), "-", "-"][:3]
+        kind, _, rest = field.partition(":")
+        encoded_account, _, encoded_queue = rest.partition(":") if kind == "s" else ("", "", rest)
+        return cls(decode_id(encoded_account) if kind == "s" else None, decode_id(encoded_queue),
+                   float(until), decode_id(cause), decode_id(job))
+
+    @property
+    def scope(self) -> str:
+        """``"account"`` (its jobs in the queue) or ``"queue"``."""
+        return "queue" if self.account is None else "account"
+
+
+@dataclass(frozen=True)
 class WorkerEntry:
     """A live worker's registry entry: its last heartbeat and what it told about itself."""
 

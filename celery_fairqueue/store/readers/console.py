@@ -21,8 +21,8 @@ from ...envelope import Envelope, MalformedEnvelopeError
 from ...limits import AccountLimit
 from ...protocol import normalize_id, task_id_of
 from ...states import DeferReason, Reason, ready_and_deferred
-from ..formats.keys import decode_id, encode_id, in_queue_field, queue_limit_field
-from ..formats.records import Bucket, Deferral, ReadyMember, WorkerEntry
+from ..formats.keys import decode_id, encode_id, in_queue_field, queue_limit_field, slow_down_field
+from ..formats.records import Bucket, Deferral, ReadyMember, SlowDownHold, WorkerEntry
 from ..shards.merged import per_shard, records_at
 from ..shards.shard import FairStore
 from ..writers.operator import OperatorPause, parse_pause, pause_field
@@ -63,6 +63,7 @@ class QueueState:
     complete: bool = True  # False when a bound (DUE_SCAN, OLDEST_SCAN) cut a count short
     quota: QueueQuota | None = None  # the queue's shared limit, when it has one
     limit_here: AccountLimit | None = None  # its limit in this queue (else the queue's default)
+    slowed: SlowDownHold | None = None  # the provider's slow-down holding it (or its queue)
 
     @property
     def waiting(self) -> int:
@@ -142,13 +143,16 @@ def _float(value: Any) -> float | None:
 
 def explain(*, now: float, waiting: int, state: str | None, limit_wake: float | None,
             deferral: Deferral | None, pause: OperatorPause | None,
-            consumed: bool, quota: QueueQuota | None = None) -> tuple[Reason, float | None]:
+            consumed: bool, quota: QueueQuota | None = None,
+            slowed: SlowDownHold | None = None) -> tuple[Reason, float | None]:
     """Why the account's next job does not run now, and until when (server time; None: not
     known or not timed): an operator's pause, the queue's circumstances, or the deferral the
     claim recorded where it decided it (claim.lua); the limit rules are not repeated here.
     Facts only: celery_fairqueue.reasons puts them in words."""
     if pause is not None:
         return (Reason.PAUSED if pause.moving_to is None else Reason.MOVING), None
+    if slowed is not None and slowed.until > now:  # the account's, or its queue's (claim.lua)
+        return Reason.SLOWED, slowed.until
     if waiting <= 0:
         return Reason.NO_READY_JOBS, None
     if not consumed:
@@ -292,7 +296,8 @@ class ConsoleReader:
         pipe.hget(keys.limit_config, encoded)
         pipe.get(keys.default_limit)
         pipe.hmget(keys.pauses, [f for q in names for f in (
-            pause_field(None, q), pause_field(account, q))] + [pause_field(account, None)])
+            pause_field(None, q), pause_field(account, q))] + [pause_field(account, None)] + [
+            f for q in names for f in (slow_down_field(account, q), slow_down_field(None, q))])
         for queue in names:
             qk = keys.queue(queue)
             pipe.zlexcount(qk.ready, *ReadyMember.range_of(account))
@@ -322,15 +327,19 @@ class ConsoleReader:
             running = running_of.get((queue, normalize_id(account)), 0)
             fields = [pause_field(None, queue), pause_field(account, queue),
                       pause_field(account, None)]
-            raws = [pauses[2 * n], pauses[2 * n + 1], pauses[-1]]
+            raws = [pauses[2 * n], pauses[2 * n + 1], pauses[2 * len(names)]]
             pause = next((parse_pause(f, r) for f, r in zip(fields, raws, strict=True) if r),
                          None)
+            holds = [SlowDownHold.parse(slow_down_field(who, queue), raw) for who, raw in
+                     ((account, pauses[2 * len(names) + 1 + 2 * n]),
+                      (None, pauses[2 * len(names) + 2 + 2 * n])) if raw]
+            slowed = max(holds, key=lambda hold: hold.until, default=None)
             states.append(self._queue_state(
                 queue=queue, account=account, now=now, nready=int(nready or 0),
                 running=int(running or 0), state=state, limit_wake=_float(limit_wake),
                 deferral=Deferral.parse(deferral) if deferral else None,
                 ndelayed=int(ndelayed or 0), heads=heads, first_delayed=first_delayed,
-                limit=limit, own=own is not None, pause=pause,
+                limit=limit, own=own is not None, pause=pause, slowed=slowed,
                 consumed=queue in consumers, shard=store,
                 quota=QueueQuota.read(quota_limit, quota_bucket, quota_running, now),
                 limit_here=next((AccountLimit.from_json(raw) for raw in here if raw), None)))
@@ -354,7 +363,8 @@ class ConsoleReader:
                      ndelayed: int, heads: list[str], first_delayed: list[Any],
                      limit: AccountLimit | None, own: bool, pause: OperatorPause | None,
                      consumed: bool, shard: FairStore, quota: QueueQuota | None,
-                     limit_here: AccountLimit | None) -> QueueState:
+                     limit_here: AccountLimit | None, slowed: SlowDownHold | None
+                     ) -> QueueState:
         complete = True
         delayed_due, due_since = 0, None
         if ndelayed and first_delayed and float(first_delayed[0][1]) <= now:
@@ -369,7 +379,7 @@ class ConsoleReader:
         ready, deferred = ready_and_deferred(nready, state)
         reason, until = explain(
             now=now, waiting=nready + delayed_due, state=state, limit_wake=limit_wake,
-            deferral=deferral, pause=pause, consumed=consumed, quota=quota)
+            deferral=deferral, pause=pause, consumed=consumed, quota=quota, slowed=slowed)
         return QueueState(
             queue=queue, account=account, reason=reason, until=until,
             ready=ready, deferred=deferred, delayed_due=delayed_due,
@@ -378,7 +388,8 @@ class ConsoleReader:
             paused_by=pause.by if pause else None, paused_at=pause.at if pause else None,
             pause_reason=pause.reason if pause else None,
             pause_scope=pause.scope if pause else None, server_time=now, complete=complete,
-            quota=quota, limit_here=limit_here)
+            quota=quota, limit_here=limit_here,
+            slowed=slowed if reason == Reason.SLOWED else None)
 
     # -- one account's jobs --------------------------------------------------------------------
 

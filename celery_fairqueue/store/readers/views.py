@@ -17,7 +17,7 @@ from ...envelope import Envelope, MalformedEnvelopeError
 from ...limits import AccountLimit
 from ...states import STATE_CODES, AccountState, DeferReason, ready_and_deferred
 from ..formats.keys import decode_id, encode_id
-from ..formats.records import Deferral, JobRecord, ReadyMember
+from ..formats.records import Deferral, JobRecord, ReadyMember, SlowDownHold
 from ..shards.merged import per_shard
 from ..shards.opening import store_for
 from ..shards.shard import FairStore
@@ -64,6 +64,7 @@ class StoreStatus:
     pauses: list[OperatorPause] = field(default_factory=list)  # operators' pauses
     default_limit: AccountLimit | None = None  # the store's (None: no worker set one yet)
     queue_limits: list[tuple[str, AccountLimit]] = field(default_factory=list)  # shared ones
+    slow_downs: list[SlowDownHold] = field(default_factory=list)  # a provider's, held now
 
     def unconsumed(self) -> list[QueueStatus]:
         """Queues with ready jobs that no live worker consumes."""
@@ -138,7 +139,8 @@ class StoreInspector:
 
     def status(self, queues: list[str] | None = None, deferred_limit: int = 10) -> StoreStatus:
         """Totals per queue with their oldest waiting job and live workers, the accounts
-        deferred by their limit (soonest to run first), operators' pauses, DLQ, counters;
+        deferred by their limit (soonest to run first), operators' pauses, the provider's
+        slow-downs held now, DLQ, counters;
         every shard's, added up."""
         rows: list[QueueStatus] = []
         deferred: list[DeferredAccount] = []
@@ -158,7 +160,8 @@ class StoreInspector:
         return StoreStatus(rows, deferred, dead, leased, self.store.stats(),
                            self.store.server_time(), workers=workers, pauses=pauses,
                            default_limit=self.store.default_limit(),
-                           queue_limits=sorted(self.store.queue_limits()))
+                           queue_limits=sorted(self.store.queue_limits()),
+                           slow_downs=self.store.slow_downs())
 
     def _queue_status(self, queue: str, deferred_limit: int,
                       running_of: dict[tuple[str, str], int], deferred: list[DeferredAccount],

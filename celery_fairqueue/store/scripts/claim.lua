@@ -6,7 +6,9 @@
 --   whose turn it is: the lowest virtual tag of the rotation, start-time fair queueing
 --     (join_rotation, next_tag, take_head in lib/rotation.lua);
 --   whether a job past Celery's expires is dropped (claim_from, here);
---   whether an operator's pause holds the account (operator_paused, lib/rotation.lua);
+--   whether an operator's pause holds the account or the queue, or a provider's "slow down"
+--     defers it or skips the queue until it ends (operator_paused, queue_paused, slowed_until
+--     in lib/rotation.lua; held by enqueue.lua with the retry that got it);
 --   which limits bind the account in the queue: its own or the store's default, with its own
 --     in the queue or the queue's default (binding_limits in lib/limits.lua);
 --   whether they let it run: window, concurrency cap, a token from each bucket (window_wake
@@ -168,8 +170,9 @@ local function limits_of(qk, account)
 end
 
 -- The claim skips the account: the one place that decides why (DeferReason: rate_limited,
--- window_closed, concurrency_cap) and until when ('-': until a job of it ends), and records it
--- (records.Deferral) for the console and the CLI; cleared when the account rotates in again.
+-- window_closed, concurrency_cap, slowed) and until when ('-': until a job of it ends), and
+-- records it (records.Deferral) for the console and the CLI; cleared when the account rotates
+-- in again.
 local function record_deferral(qk, account, reason, due)
   redis.call('HSET', qk.deferrals, account,
              reason .. ' ' .. (due and string.format('%.6f', due) or '-'))
@@ -199,17 +202,23 @@ local function hold_at_cap(qk, account)
   redis.call('HINCRBY', K_STATS, 'capped', 1)
 end
 
--- The queue is at its shared limit (set_queue_limit): nothing more of it in this claim, and no
--- ring for another worker. At its rate, the claim returns when its next token is there (or
--- calls the time keeper, as a deferral does); at its concurrency, a job's end brings the
--- worker that ran it back. The waiting accounts keep their tags: the fair order decides who
--- gets the next token.
-local function wait_for_quota(qk, due)
+-- The queue waits: nothing more of it in this claim, and no ring for another worker; at
+-- ``due`` (nil: when a job's end brings the worker that ran it back) the claim returns (or the
+-- time keeper is called, as for a deferral). Its provider asked it to slow down (queue_paused),
+-- or it is at its shared limit (wait_for_quota).
+local function queue_waits(qk, due)
   if due and not keeps_time and due < math.min(qk.next_deferred or math.huge,
                                                qk.next_delayed or math.huge) then
     call_keeper(qk, due)
   end
   qk.next_deferred = due and math.min(qk.next_deferred or due, due) or qk.next_deferred
+end
+
+-- The queue is at its shared limit (set_queue_limit): it waits (queue_waits) until its next
+-- token is there, at its rate; at its concurrency, until a job's end. The waiting accounts
+-- keep their tags: the fair order decides who gets the next token.
+local function wait_for_quota(qk, due)
+  queue_waits(qk, due)
   redis.call('HINCRBY', K_STATS, 'deferred_queue_quota', 1)
 end
 
@@ -238,9 +247,16 @@ local function claim_from(qk, account, tag, joined_weight)
     return job_id, job.envelope, 'expired'
   end
   -- an operator's pause: out of the rotation, its jobs stay ready until resume.lua
-  if operator_paused(qk, account) then
+  local paused, slowed = operator_paused(qk, account)
+  if paused then
     redis.call('HSET', qk.state, account, 'o')
     redis.call('HDEL', qk.deferrals, account)
+    return nil
+  end
+  -- the provider asked the account to slow down (enqueue.lua held it with a retry): deferred
+  -- until then, no token taken (its bucket holds at most its burst when the pause ends)
+  if slowed then
+    defer(qk, account, 'slowed', slowed)
     return nil
   end
   local packed, here = limits_of(qk, account)
@@ -312,9 +328,14 @@ local out, claimed, skips, live, empty = {-1, lost, 0}, 0, 0, nq, {}
 for i = 1, nq do
   promote(queue_at(i))
   queues[i].weight_change, queues[i].finished = 0, {}
-  if queue_paused(queues[i]) then
-    empty[i] = true  -- paused by an operator: its jobs stay ready
+  local paused, slowed = queue_paused(queues[i])
+  if paused or slowed then
+    empty[i] = true  -- paused by an operator, or slowed down by its provider: jobs stay ready
     live = live - 1
+    if slowed and not paused then
+      queue_waits(queues[i], slowed)  -- the worker (or the time keeper) comes back then
+      redis.call('HINCRBY', K_STATS, 'deferred_slowed', 1)  -- by reason, for the metric
+    end
   end
 end
 

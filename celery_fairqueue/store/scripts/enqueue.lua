@@ -19,7 +19,10 @@
 --       the shard the account moves to, else "" or absent (see below), [17] in a bulk
 --       enqueue, the most rings the queue's doorbell holds after this job is ready (its place
 --       in the batch, at most the fleet's size: each job wakes one more idle worker), else ""
---       or absent (a single enqueue rings when the rotation was empty: join_rotation).
+--       or absent (a single enqueue rings when the rotation was empty: join_rotation), [18] for
+--       a retry whose failure said "slow down", the scope it holds: 'a' the account in the
+--       queue, 'q' the queue (else "" or absent), [19] for how many seconds, [20] the cause
+--       (429, SlowDown, ...) and [21] the job's task id, both encoded (see slow_down).
 -- Returns {status, job_id}: status 1 ready, 2 delayed, 0 already stored (job_id is the existing
 -- one), 3 the dead letter to replay is gone (replayed or purged already), 4 the account has
 -- [11] waiting jobs, 5 the store holds [12] jobs, 6 past the producer's deadline, 7 the
@@ -52,8 +55,8 @@ end
 -- it moved to (status 7, that shard's index). While the store moves, the caller says where the
 -- account goes ([16]): one that holds nothing here that the job depends on (ready or delayed
 -- jobs in any queue, jobs running under a cap, the job's own delivery or business key, a limit
--- or a bucket (across its queues or in one), a pause) moves there at once, marked moved (its
--- other done markers and dead letters follow with the reshard); one that does is frozen here (freeze_account), and moved with this
+-- or a bucket (across its queues or in one), a pause or a provider's slow-down) moves there
+-- at once, marked moved (its other done markers and dead letters follow with the reshard); one that does is frozen here (freeze_account), and moved with this
 -- job by the reshard.
 if SHARDED then
   -- Whether the account holds anything here that this job depends on (see above): defined
@@ -67,7 +70,8 @@ if SHARDED then
     end
     if redis.call('HLEN', tag .. 'pauses') > 0 and
         (redis.call('HEXISTS', tag .. 'pauses', 'a:' .. account .. ':*') == 1 or
-         redis.call('HEXISTS', tag .. 'pauses', 'a:' .. account .. ':' .. queue) == 1) then
+         redis.call('HEXISTS', tag .. 'pauses', 'a:' .. account .. ':' .. queue) == 1 or
+         redis.call('HEXISTS', tag .. 'pauses', 's:' .. account .. ':' .. queue) == 1) then
       return true
     end
     local low, high = member_range(account)
@@ -103,6 +107,11 @@ end
 -- the record, written once: also the check that the delivery is not stored already
 if redis.call('HSETNX', K_RECORDS, job_id, make_new_record(ARGV[4], seq, ARGV[14])) == 0 then
   return {0, job_id}
+end
+-- a retry whose failure said "slow down" (slowdown.py): its scope waits as long, from now
+if (ARGV[18] or '') ~= '' then
+  slow_down(slow_down_field(ARGV[18] == 'a' and account or nil, queue),
+            now + tonumber(ARGV[19]), ARGV[20], ARGV[21])
 end
 
 -- the dead letter is answered by the job already holding its key, or by the job stored here

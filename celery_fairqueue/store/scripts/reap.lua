@@ -1,6 +1,6 @@
 -- reap: return jobs whose lease expired (their worker died or hung) to ready, in FIFO place,
--- and drop the registrations of workers that stopped beating; and keep each queue's rotation
--- (see tend_rotation).
+-- and drop the registrations of workers that stopped beating; keep each queue's rotation
+-- (see tend_rotation); and forget the provider's slow-downs that are over.
 -- KEYS: global keys, then the keys of every known fair queue.
 -- ARGV: [1] batch size.
 -- Returns the number of jobs returned to ready.
@@ -42,6 +42,17 @@ end
 
 for i = 1, queue_count() do
   tend_rotation(queue_keys(i))
+end
+
+-- the provider's slow-downs that are over go (a claim drops one when it comes by its scope;
+-- an account that never comes back would keep the pauses hash, and each claim, asking)
+if redis.call('HLEN', K_PAUSES) > 0 then
+  local held = redis.call('HGETALL', K_PAUSES)
+  for n = 1, #held, 2 do
+    if string.match(held[n], '^[sS]:') then
+      slowed_until(held[n], held[n + 1])
+    end
+  end
 end
 
 local reaped = 0

@@ -132,7 +132,9 @@ class AccountMover:
         shard = self.shards[old]
         keys = shard.keys
         queues = shard.known_queues()
-        pause_fields = [f"a:{account}:*"] + [f"a:{account}:{encode_id(q)}" for q in queues]
+        # its pauses, and its holds of a provider's slow-down (keys.slow_down_field)
+        pause_fields = [f"a:{account}:*"] + [f"{kind}:{account}:{encode_id(q)}" for q in queues
+                                            for kind in ("a", "s")]
         pipe = self.client.pipeline(transaction=False)
         for queue in queues:
             pipe.zrangebylex(keys.queue(queue).ready, f"[{account}|", f"({account}}}")

@@ -12,11 +12,12 @@ from ...settings import FairqueueSettings
 from ..connection.connect import AnyClient
 from ..connection.translate import operation
 from ..formats.keys import Keys, encode_id
-from ..formats.records import JobRecord
+from ..formats.records import JobRecord, SlowDownHold
 from ..writers.fleet import Fleet
-from ..writers.jobs import Claim, EnqueueOutcomeOrError, EnqueueResult, Jobs
+from ..writers.jobs import Claim, EnqueueOutcomeOrError, EnqueueResult, Jobs, slow_down_args
 from ..writers.leases import Lease
 from ..writers.operator import Operator, paused_accounts
+from ..writers.slow_downs import SlowDowns
 
 #: Records read a round trip when counting the leased jobs.
 RECORDS_CHUNK = 500
@@ -24,10 +25,10 @@ RECORDS_CHUNK = 500
 FLEET_SIZE_SECONDS = 10.0
 
 
-class FairStore(Jobs, Fleet, Operator):
-    """Enqueue, claim and settle (Jobs), the worker registry (Fleet) and the operator's
-    controls (Operator), over one Redis (StoreDoor): a store of one shard, or one shard of a
-    sharded store (sharded.py)."""
+class FairStore(Jobs, Fleet, Operator, SlowDowns):
+    """Enqueue, claim and settle (Jobs), the worker registry (Fleet), the operator's
+    controls (Operator) and a provider's slow-downs (SlowDowns), over one Redis (StoreDoor): a
+    store of one shard, or one shard of a sharded store (sharded.py)."""
 
     def __init__(self, client: AnyClient, keys: Keys, settings: FairqueueSettings,
                  home: FairStore | None = None, sharded: bool | None = None) -> None:
@@ -47,10 +48,36 @@ class FairStore(Jobs, Fleet, Operator):
         return self
 
     def enqueue(self, *, account: str, **job: Any) -> EnqueueResult:
-        """Store a job (Jobs.enqueue), once the store's shards are as this process expects."""
+        """Store a job (Jobs.enqueue), once the store's shards are as this process expects; a
+        retry's "slow down" of its queue is held on every other shard too (slowdown.py)."""
         with operation("enqueue"):  # a failure to read the store's shards is the enqueue's
             self.check_shards()
-        return super().enqueue(account=account, **job)
+        result = super().enqueue(account=account, **job)
+        ask = job.get("slow_down")
+        if ask and ask[0] == "queue":
+            _, seconds, cause, task_id = slow_down_args(job["job_id"], ask)
+            for shard in self.home.shards:
+                if shard.keys.tag != self.keys.tag:
+                    shard.hold_queue_here(job["queue"], float(seconds), cause, task_id)
+        return result
+
+    def slow_downs(self) -> list[SlowDownHold]:
+        """The provider's slow-downs held now, soonest to end first, of every shard (a queue's,
+        which each shard holds, once: its latest end)."""
+        found: dict[tuple[str | None, str], SlowDownHold] = {}
+        for shard in self.shards:
+            for hold in SlowDowns.slow_downs_here(shard):
+                kept = found.get((hold.account, hold.queue))
+                if kept is None or hold.until > kept.until:
+                    found[(hold.account, hold.queue)] = hold
+        return sorted(found.values(), key=lambda hold: (hold.until, hold.queue))
+
+    def lift_slow_down(self, account: str | None, queue: str) -> bool:
+        """An operator ends the slow-down of ``account`` in ``queue`` (on its shard), or of
+        ``queue`` (on every shard), now; False when none was held."""
+        if account is not None:
+            return self.shard_for(account).lift_slow_down_here(account, queue)
+        return any([SlowDowns.lift_slow_down_here(shard, None, queue) for shard in self.shards])
 
     def enqueue_many(self, jobs: Sequence[dict[str, Any]]) -> list[EnqueueOutcomeOrError]:
         """Store jobs in pipelined batches (Jobs.enqueue_many), once the store's shards are as

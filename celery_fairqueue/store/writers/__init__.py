@@ -7,6 +7,8 @@
   the leases, ``reap.lua`` returns the expired ones).
 - ``operator.py``: pause and resume, cancel, run now, limits (``apply_limit.lua``), a queue's
   limits (``queue_limit.lua``) and the default limit, dead letters taken, put back and purged.
+- ``slow_downs.py``: a provider's "slow down" held on this shard (a queue's copy, an operator's
+  lift); the retry's enqueue holds it, the claim honours it.
 - ``upgrade.py``: adopting the layout before job records.
 
 May import: formats, connection.

@@ -23,6 +23,16 @@ from .leases import Lease
 
 #: Most message bytes (about) one round trip of a bulk enqueue sends.
 BATCH_BYTES = 4 * 1024 * 1024
+#: A retry's "slow down" answer: its scope ("account" or "queue"), seconds, cause (slowdown.py).
+SlowDownAsk = tuple[str, float, str]
+
+
+def slow_down_args(job_id: str, ask: SlowDownAsk) -> list[Any]:
+    """enqueue.lua's ARGV[18..21] of a retry whose failure said "slow down": the scope's code
+    ('a' the account in the queue, 'q' the queue), seconds, cause and the job (encoded)."""
+    scope, seconds, cause = ask
+    return ["q" if scope == "queue" else "a", f"{seconds:.6f}", encode_id(cause or "-"),
+            encode_id(task_id_of(job_id))]
 
 
 class AccountMoved(Exception):
@@ -116,13 +126,16 @@ class Jobs(StoreDoor):
                 due: float | None = None, job_key: str | None = None,
                 dedupe: bool = True, task: str = "", shown_args: str = "",
                 replays: str = "", priority: int | None = None,
-                expires: float | None = None, moving_to: int | None = None) -> EnqueueResult:
+                expires: float | None = None, moving_to: int | None = None,
+                slow_down: SlowDownAsk | None = None) -> EnqueueResult:
         """Store a job; an existing delivery or pending/running/recently done key is reused.
         ``replays`` names the dead letter this job replays: it leaves the dead-letter queue in
         the same step, or :class:`DeadLetterNotFound` says someone else took it first.
         ``priority`` (0-9, 0 first) orders the job among its account's own. Past ``expires``
         (epoch seconds) the claim drops the job instead of running it. ``moving_to``: while a
-        reshard moves the store, the shard the account moves to (see enqueue.lua)."""
+        reshard moves the store, the shard the account moves to (see enqueue.lua).
+        ``slow_down``: a retry's (scope, seconds, cause): the scope waits that long with it
+        (slowdown.py)."""
         args = self._enqueue_args(queue=queue, account=account, job_id=job_id,
                                   envelope=envelope, due=due, job_key=job_key, dedupe=dedupe,
                                   task=task, shown_args=shown_args, replays=replays,
@@ -132,8 +145,10 @@ class Jobs(StoreDoor):
         with operation("enqueue"):
             deadline = self.redis_clock.deadline(self.settings.enqueue_timeout / 2)
         args.append(f"{deadline:.6f}")
-        if moving_to is not None:  # reshard
-            args.append(moving_to)
+        if moving_to is not None or slow_down:  # reshard
+            args.append("" if moving_to is None else moving_to)
+        if slow_down:
+            args += ["", *slow_down_args(job_id, slow_down)]
         try:
             return self._store(queue, args)
         except StoreUnavailableError as exc:
@@ -186,12 +201,15 @@ class Jobs(StoreDoor):
         for job in jobs:
             fields = dict(job)
             moving_to = fields.pop("moving_to", None)
+            slow_down = fields.pop("slow_down", None)
             args = [*self._enqueue_args(**fields), deadline]
             places[job["queue"]] = place = places.get(job["queue"], 0) + 1
-            if moving_to is not None or place <= fleet:
+            if moving_to is not None or place <= fleet or slow_down:
                 args.append("" if moving_to is None else moving_to)  # reshard
-            if place <= fleet:  # rings for as many idle workers as the batch can feed
-                args.append(place)
+            if place <= fleet or slow_down:  # rings for as many idle workers as it can feed
+                args.append(place if place <= fleet else "")
+            if slow_down:
+                args += slow_down_args(job["job_id"], slow_down)
             calls.append(([self.keys.queue(job["queue"])], args))
         wanted = self.settings.wait_replicas
         failure: StoreUnavailableError | None = None

@@ -27,6 +27,7 @@ from ..formats.keys import (
     encode_id,
     in_queue_field,
     is_account_field,
+    is_slow_down_field,
     parse_in_queue_field,
     queue_limit_field,
 )
@@ -328,6 +329,8 @@ class Operator(StoreDoor):
         """Every operator pause (up to ``limit``), oldest first."""
         found = []
         for field, raw in self.client.hscan_iter(self.keys.pauses, count=500):
+            if is_slow_down_field(_text(field)):  # a provider's, not an operator's
+                continue
             found.append(parse_pause(_text(field), _text(raw)))
             if len(found) >= limit:
                 break

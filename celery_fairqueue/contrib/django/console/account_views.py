@@ -25,6 +25,7 @@ from ..conf import celery_app
 from . import history, overview
 from .actions import (
     CANCEL_PERMISSION,
+    LIFT_PERMISSION,
     LIMIT_PERMISSION,
     PAUSE_PERMISSION,
     RESUME_PERMISSION,
@@ -97,7 +98,7 @@ def permissions(request: HttpRequest) -> dict[str, bool]:
     return {"pause": user.has_perm(PAUSE_PERMISSION), "resume": user.has_perm(RESUME_PERMISSION),
             "cancel": user.has_perm(CANCEL_PERMISSION),
             "run_now": user.has_perm(RUN_NOW_PERMISSION),
-            "limit": user.has_perm(LIMIT_PERMISSION)}
+            "limit": user.has_perm(LIMIT_PERMISSION), "lift": user.has_perm(LIFT_PERMISSION)}
 
 
 def _queue_row(queue: str, state: QueueState | None, recorded: dict[str, Any],
@@ -126,6 +127,8 @@ def _queue_row(queue: str, state: QueueState | None, recorded: dict[str, Any],
         "resume_queue": "" if state and state.pause_scope == "account_everywhere" else queue,
         "resume_account": "" if state and state.pause_scope == "queue" else state.account
         if state else "",
+        # a lift ends the slow-down that holds it: of the account in the queue, or the queue's
+        "lift_account": state.slowed.account or "" if state and state.slowed else "",
     }
 
 

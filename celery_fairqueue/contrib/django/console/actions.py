@@ -1,5 +1,5 @@
-"""The console's operator actions: pause and resume an account or a queue, cancel a waiting
-job, run a delayed job now, set an account's limit.
+"""The console's operator actions: pause and resume an account or a queue, lift a provider's
+slow-down of either, cancel a waiting job, run a delayed job now, set an account's limit.
 
 Each checks its own permission, acts on the fair store (which owns all of this), and writes an
 entry to the admin log naming who did what; the admin views only call :func:`perform`.
@@ -17,7 +17,7 @@ from django.http import QueryDict
 
 from ....errors import FairqueueError, InvalidLimitError
 from ....install import cancel as store_cancel
-from ....install import clear_account_limit, set_account_limit
+from ....install import clear_account_limit, lift_slow_down, set_account_limit
 from ....install import pause as store_pause
 from ....install import resume as store_resume
 from ....install import run_now as store_run_now
@@ -30,6 +30,8 @@ from .views import User, require
 
 PAUSE_PERMISSION = "celery_fairqueue.pause_account"
 RESUME_PERMISSION = "celery_fairqueue.resume_account"
+#: Ending a provider's "slow down" early: its own permission (the provider may flag the account).
+LIFT_PERMISSION = "celery_fairqueue.lift_slow_down"
 LIMIT_PERMISSION = "celery_fairqueue.edit_account_limit"
 #: A queue's shared limit (a provider's quota for every account): the admin's QueueLimit.
 QUEUE_LIMIT_PERMISSION = "celery_fairqueue.change_queuelimit"
@@ -85,6 +87,18 @@ def resume(user: User, data: QueryDict) -> Done:
     if not store_resume(celery_app(), account=account or None, queue=queue or None):
         raise ActionError(f"{_scope(account, queue)} was not paused (as such): nothing resumed")
     text = f"Resumed {_scope(account, queue)}"
+    _log(user, Account, account or f"queue:{queue}", text)
+    return Done(text + ".")
+
+
+def lift(user: User, data: QueryDict) -> Done:
+    require(user, LIFT_PERMISSION)
+    account, queue = _target(data)
+    if not queue:
+        raise ActionError("name the queue whose provider asked to slow down")
+    if not lift_slow_down(celery_app(), queue, account or None):
+        raise ActionError(f"{_scope(account, queue)} was not slowed down: nothing lifted")
+    text = f"Lifted the provider's slow-down of {_scope(account, queue)}"
     _log(user, Account, account or f"queue:{queue}", text)
     return Done(text + ".")
 
@@ -157,6 +171,7 @@ def set_limit(user: User, data: QueryDict) -> Done:
 
 ACTIONS: dict[str, Callable[[User, QueryDict], Done]] = {
     "pause": pause, "resume": resume, "cancel": cancel, "run_now": run_now, "limit": set_limit,
+    "lift": lift,
 }
 
 

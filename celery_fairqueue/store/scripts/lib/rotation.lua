@@ -175,7 +175,40 @@ local function take_delayed(qk, account, job_id)
   return true
 end
 
--- The operator pause of the account in this queue (see keys.Keys.pauses), or false.
+-- A provider's "slow down" (slowdown.py) is held in the pauses hash, beside the operators'
+-- pauses, where the claim looks already (no command more while none is held): field
+-- 's:<account>:<queue>' holds the account's jobs in one queue, 'S:<queue>' the whole queue
+-- (keys.slow_down_field); its value is "ends cause job" (records.SlowDownHold).
+local function slow_down_field(account, queue)
+  return account and ('s:' .. account .. ':' .. queue) or ('S:' .. queue)
+end
+
+-- Hold the scope at ``field`` until ``ends``: a later answer extends the pause (and names its
+-- own cause and job), never shortens it.
+local function slow_down(field, ends, cause, job)
+  local held = redis.call('HGET', K_PAUSES, field)
+  if held and tonumber(string.match(held, '^(%S+)')) >= ends then
+    return
+  end
+  redis.call('HSET', K_PAUSES, field, string.format('%.6f', ends) .. ' ' .. cause .. ' ' .. job)
+end
+
+-- When the slow-down ``held`` at ``field`` ends; nil when there is none, or it is over (its
+-- field goes, so the pauses hash empties again).
+local function slowed_until(field, held)
+  if not held then
+    return nil
+  end
+  local ends = tonumber(string.match(held, '^(%S+)'))
+  if ends > now_seconds() then
+    return ends
+  end
+  redis.call('HDEL', K_PAUSES, field)
+  return nil
+end
+
+-- The operator pause of the account in this queue (see keys.Keys.pauses), or false; and until
+-- when a provider's slow-down holds it in this queue (nil: none).
 -- While no pause exists at all (the usual case) one HLEN per script answers for every account.
 local any_pause = nil
 local function operator_paused(qk, account)
@@ -185,17 +218,24 @@ local function operator_paused(qk, account)
   if not any_pause then
     return false
   end
-  local own, all = unpack(redis.call('HMGET', K_PAUSES, 'a:' .. account .. ':' .. qk.name,
-                                     'a:' .. account .. ':*'))
-  return own or all
+  local slowed = slow_down_field(account, qk.name)
+  local own, all, held = unpack(redis.call('HMGET', K_PAUSES, 'a:' .. account .. ':' .. qk.name,
+                                           'a:' .. account .. ':*', slowed))
+  return own or all, slowed_until(slowed, held)
 end
 
--- Whether an operator paused the whole queue.
+-- Whether an operator paused the whole queue; and until when a provider's slow-down holds it
+-- (nil: none).
 local function queue_paused(qk)
   if any_pause == nil then
     any_pause = redis.call('HLEN', K_PAUSES) > 0
   end
-  return any_pause and redis.call('HEXISTS', K_PAUSES, 'q:' .. qk.name) == 1
+  if not any_pause then
+    return false
+  end
+  local slowed = slow_down_field(nil, qk.name)
+  local paused, held = unpack(redis.call('HMGET', K_PAUSES, 'q:' .. qk.name, slowed))
+  return paused ~= false, slowed_until(slowed, held)
 end
 
 -- The virtual tag an account served at ``tag`` moves on to: one turn over its weight.

@@ -38,7 +38,7 @@ from celery_fairqueue.errors import (
     InvalidLimitError,
     StoreUnavailableError,
 )
-from celery_fairqueue.install import pause, resume
+from celery_fairqueue.install import lift_slow_down, pause, resume
 from celery_fairqueue.limit_reports import default_limit_text, limits_command
 from celery_fairqueue.reports import (
     BatchOutcome,
@@ -48,6 +48,7 @@ from celery_fairqueue.reports import (
     dead_letters_report,
     failure_lines,
     jobs_report,
+    lift_report,
     named_letters_report,
     pause_report,
     purge_selection,
@@ -69,6 +70,7 @@ LETTER_NAMES_HELP = ("Each a letter's id, the Celery task id, or task.name[task 
 #: The permissions of the console's actions (the admin asks for the same).
 PAUSE_PERMISSION = "celery_fairqueue.pause_account"
 RESUME_PERMISSION = "celery_fairqueue.resume_account"
+LIFT_PERMISSION = "celery_fairqueue.lift_slow_down"
 CANCEL_PERMISSION = "celery_fairqueue.cancel_job"
 RUN_NOW_PERMISSION = "celery_fairqueue.run_job_now"
 
@@ -125,6 +127,11 @@ class Command(BaseCommand):
             action.add_argument("--user", required=True, help=USER_HELP.format(perm=perm))
             if name == "pause":
                 action.add_argument("--reason", default="", help="Why, for whoever looks later.")
+        lift = commands.add_parser("lift", help="End a provider's slow-down now (needs --user "
+                                                "with lift_slow_down).")
+        lift.add_argument("--queue", required=True, help="The queue it slowed down.")
+        lift.add_argument("--account", help="The account there (without: the whole queue's).")
+        lift.add_argument("--user", required=True, help=USER_HELP.format(perm=LIFT_PERMISSION))
         for name, perm, text in (
                 ("cancel", CANCEL_PERMISSION, "Take waiting fair jobs out of the store"),
                 ("run-now", RUN_NOW_PERMISSION, "Make delayed fair jobs ready now")):
@@ -282,6 +289,13 @@ class Command(BaseCommand):
         self.stdout.write(resume_report(account, queue, resumed))
         if not resumed:
             raise CommandError("nothing was resumed")
+
+    def lift(self, options: dict[str, Any]) -> None:
+        require(self.user(options["user"]), LIFT_PERMISSION)
+        lifted = lift_slow_down(celery_app(), options["queue"], options["account"])
+        self.stdout.write(lift_report(options["account"], options["queue"], lifted))
+        if not lifted:
+            raise CommandError("nothing was lifted")
 
     def cancel(self, options: dict[str, Any]) -> None:
         require(self.user(options["user"]), CANCEL_PERMISSION)
