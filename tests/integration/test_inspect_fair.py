@@ -25,14 +25,16 @@ def inspect(compat, *workers):
                                       destination=[w.hostname for w in workers] or None)
 
 
-def once_more(call):
-    """``call()``, made again once when the test process's pooled broker connection was closed
-    by the server (a test before this one in the same process restarted Redis): redis-py drops
-    the dead connection, and the next call connects afresh."""
-    try:
-        return call()
-    except redis.ConnectionError:
-        return call()
+def once_more(call, tries: int = 10):
+    """``call()``, made again while the test process's pooled broker connections turn out to
+    have been closed by the server (a test before this one in the same process restarted
+    Redis): redis-py drops each dead connection it meets, and a later call connects afresh."""
+    for _ in range(tries - 1):
+        try:
+            return call()
+        except redis.ConnectionError:
+            continue
+    return call()
 
 
 def answer(call, hostname: str, timeout: float = 30.0):
