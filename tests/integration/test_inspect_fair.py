@@ -59,7 +59,7 @@ def test_inspect_scheduled_lists_a_countdown_job_with_its_eta_and_request(
     eta = datetime.now(UTC) + timedelta(seconds=600)
     exact = compat.add.apply_async((3, 4), eta=eta)
 
-    reply = inspect(compat, worker).scheduled()
+    reply = once_more(inspect(compat, worker).scheduled)
 
     assert list(reply) == [worker.hostname]
     first, second = reply[worker.hostname]
