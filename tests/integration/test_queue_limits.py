@@ -8,15 +8,14 @@ import time
 import pytest
 
 import celery_fairqueue
-from celery_fairqueue.errors import ConfigurationError, InvalidLimitError
+from celery_fairqueue.errors import InvalidLimitError
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.reasons import format_clock, reason_text
 from celery_fairqueue.settings import FairqueueSettings
 from celery_fairqueue.states import Reason
 from celery_fairqueue.store import ConsoleReader, FairStore, WorkerRegistration, open_store
-from celery_fairqueue.store.shards.reshard import Resharder, ReshardError
+from celery_fairqueue.store.shards.reshard import Resharder
 from tests.harness import wait_until
-from tests.harness.store_tools import claim_jobs
 
 from .conftest import put
 
@@ -25,17 +24,46 @@ TOKEN = "worker-a"
 NUMBERS = itertools.count()
 
 
+@pytest.fixture(params=[1, 16], ids=["one-shard", "16-shards"])
+def store(request, make_store) -> FairStore:
+    """A store of one shard, where the claim keeps the quota, and of 16, where the home grants
+    it (store/shards/quota.py)."""
+    return make_store(shards=request.param, lease_seconds=30.0)
+
+
 def fill(store: FairStore, account: str, count: int, queue: str = "linkedin") -> None:
     for _ in range(count):
         put(store, account, next(NUMBERS), queue=queue)
 
 
+def claim(store: FairStore, queues, want: int):
+    """A claim as a worker's dispatcher makes it: again at once while the store says so (a
+    sharded store's worker learns of a queue's shared limit, then takes its grant)."""
+    for _ in range(3):
+        got = store.claim(list(queues), want, TOKEN, NO_LIMIT)
+        if got.leases or got.next_due != 0:
+            break
+    return got
+
+
+def claim_jobs(store: FairStore, queues, want: int, token=TOKEN, default=NO_LIMIT):
+    return claim(store, queues, want).leases
+
+
+def claim_held(store: FairStore, queues, want: int):
+    """Every job claims of ``want`` give, held (not acked), as long as they give any."""
+    held = []
+    while (got := claim(store, queues, want)).leases:
+        held += got.leases
+    return held
+
+
 def claim_all(store: FairStore, queues=("linkedin",), want=50) -> list[tuple[str, str]]:
     taken = []
-    while leases := claim_jobs(store, list(queues), want, TOKEN, NO_LIMIT):
+    while leases := claim_jobs(store, list(queues), want):
         for lease in leases:
             taken.append((lease.queue, lease.account))
-            store.ack(lease)
+            lease.ack()
     return taken
 
 
@@ -49,7 +77,7 @@ def test_past_a_queues_quota_its_jobs_wait_with_no_attempt_charged_and_other_que
     assert len([t for t in taken if t[0] == "email"]) == 8
     counts = store.counts("linkedin")
     assert counts["ready"] == 17 and counts["deferred_accounts"] == 0  # the queue waits
-    records = store.client.hvals(store.keys.records)
+    records = [r for shard in store.shards for r in shard.client.hvals(shard.keys.records)]
     assert records and all(r.split("\n")[0].split(" ")[5] == "0" for r in records)
 
 
@@ -73,13 +101,13 @@ def test_while_a_queues_quota_binds_its_waiting_accounts_share_it_by_their_weigh
     taken: list[str] = []
     started = store.server_time()
     while len(taken) < 140:
-        claim = store.claim(["linkedin"], 4, TOKEN, NO_LIMIT)
-        for lease in claim.leases:
+        got = claim(store, ["linkedin"], 4)
+        for lease in got.leases:
             taken.append(lease.account)
-            store.ack(lease)
-        if not claim.leases:
-            assert claim.next_due is not None
-            time.sleep(claim.next_due + 0.002)
+            lease.ack()
+        if not got.leases:
+            assert got.next_due is not None
+            time.sleep(got.next_due + 0.002)
     assert len(taken) <= 1 + 40 * (store.server_time() - started)  # 40/s, a token at the start
     shares = {account: taken.count(account) / len(taken) for account in weights}
     for account, weight in weights.items():
@@ -100,10 +128,10 @@ def test_a_queues_shared_concurrency_caps_its_running_jobs_and_leaves_slots_to_o
     for account in ("a", "b", "c"):
         fill(store, account, 3)
         fill(store, account, 3, queue="email")
-    leases = claim_jobs(store, ["linkedin", "email"], 20, TOKEN, NO_LIMIT)
+    leases = claim_held(store, ["linkedin", "email"], 20)
     assert sorted(lease.queue for lease in leases) == ["email"] * 9 + ["linkedin"] * 2
     assert claim_jobs(store, ["linkedin"], 5, TOKEN, NO_LIMIT) == []
-    store.ack(next(lease for lease in leases if lease.queue == "linkedin"))
+    next(lease for lease in leases if lease.queue == "linkedin").ack()
     assert [lease.queue for lease in claim_jobs(store, ["linkedin"], 5, TOKEN, NO_LIMIT)] == [
         "linkedin"]
 
@@ -115,7 +143,7 @@ def test_a_shared_concurrency_set_while_jobs_run_counts_them(store):
     store.set_queue_limit("linkedin", AccountLimit(concurrency=4))
     assert len(claim_jobs(store, ["linkedin"], 10, TOKEN, NO_LIMIT)) == 1
     for lease in running:
-        store.ack(lease)
+        lease.ack()
     assert len(claim_jobs(store, ["linkedin"], 10, TOKEN, NO_LIMIT)) == 3
 
 
@@ -160,19 +188,36 @@ def test_a_bad_queue_limit_names_the_queue_and_the_field_and_changes_nothing(
     assert {key: redis_client.dump(key) for key in redis_client.keys("*")} == before
 
 
-def test_a_sharded_store_refuses_a_queue_quota(make_store):
+def test_a_sharded_stores_queue_quota_is_kept_at_its_home_and_copied_to_every_shard(
+        make_store):
     sharded = make_store(shards=4, lease_seconds=30.0)
-    with pytest.raises(ConfigurationError, match=r"queue 'linkedin'.*one shard"):
-        sharded.set_queue_limit("linkedin", AccountLimit(rate="5/s"))
-    assert list(sharded.queue_limits()) == []
+    sharded.set_queue_limit("linkedin", AccountLimit(rate="5/s"))
+    assert [(q, limit.rate) for q, limit in sharded.queue_limits()] == [("linkedin", "5/s")]
+    assert all(shard.queue_limit("linkedin") == AccountLimit(rate="5/s")
+               for shard in sharded.shards)
+    sharded.set_queue_limit("linkedin", None)
+    assert not any(shard.queue_limit("linkedin") for shard in sharded.shards)
 
 
-def test_a_reshard_refuses_a_store_holding_a_queue_quota(redis_server, redis_client):
-    one = open_store(FairqueueSettings(redis_url=redis_server.url, shards=1))
-    one.set_queue_limit("linkedin", AccountLimit(rate="5/s"))
-    with pytest.raises(ReshardError, match=r"'linkedin' have a shared limit"):
-        Resharder(FairqueueSettings(redis_url=redis_server.url, shards=1), 4, settle=0).run()
-    assert redis_client.get("{fairqueue}:shards") in (None, "1")
+def test_a_reshard_keeps_a_queue_quotas_bucket_and_its_jobs_keep_to_it_on_the_new_shards(
+        redis_server, redis_client):
+    """The quota spans the move: the tokens one shard's claims took are not given again by the
+    home's grants on 4 (the bucket is the same field at the home before and after)."""
+    settings = FairqueueSettings(redis_url=redis_server.url, shards=1, lease_seconds=30.0,
+                                 shards_check_interval=0.1)
+    one = open_store(settings)
+    one.set_queue_limit("linkedin", AccountLimit(rate="1/h", burst=8))
+    for account in ("a", "b", "c", "d", "e", "f"):
+        fill(one, account, 3)
+    taken = claim_jobs(one, ["linkedin"], 3)
+    for lease in taken:
+        lease.ack()  # no job held: the reshard moves every account
+    assert len(taken) == 3
+    Resharder(settings, 4, settle=0).run()
+    time.sleep(0.2)  # past fairqueue_shards_check_interval: the store reads its 4 shards
+    assert len(claim_all(one, want=2)) == 5  # 8 - 3, on whichever shards they live
+    assert redis_client.get("{fairqueue}:shards") == "4"
+    assert [(q, limit.burst) for q, limit in one.queue_limits()] == [("linkedin", 8)]
 
 
 @pytest.mark.slow

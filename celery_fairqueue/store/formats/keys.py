@@ -75,7 +75,7 @@ def parse_in_queue_field(field: str) -> tuple[str, str | None] | None:
 GLOBAL_KEY_NAMES = ("records", "leases", "limits", "buckets", "queues", "stats", "dead",
                     "dead_index", "pauses", "workers", "worker_info", "instance",
                     "default_limit", "limit_config", "shard_count", "layout_readers",
-                    "layout_seen")
+                    "layout_seen", "quotas")
 #: The field of Keys.limits that holds the store's default limit, packed: an encoded account
 #: id never is "*" (encode_id escapes it).
 DEFAULT_LIMIT_FIELD = "*"
@@ -215,6 +215,13 @@ class Keys:
         its bucket in one queue (in_queue_field); ``Q:<queue>`` the bucket a queue's accounts
         share (queue_limit_field)."""
         return self._key("buckets")
+
+    @cached_property
+    def quotas(self) -> str:
+        """Hash, at a sharded store's home: ``<queue>`` -> the queue's jobs running under its
+        shared limit, ``<queue> <worker token>`` -> that worker's share of them, as it last
+        reported (scripts/quota.lua)."""
+        return self._key("quotas")
 
     @cached_property
     def queues(self) -> str:

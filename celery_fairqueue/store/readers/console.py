@@ -313,6 +313,8 @@ class ConsoleReader:
             pipe.hmget(keys.limit_config, in_queue_field(queue, account),
                        in_queue_field(queue, None))
         own_limit, stored_default, pauses, *replies = pipe.execute()
+        quotas = getattr(self.store, "quotas", None)  # a sharded store's, at its home
+        at_home = quotas.readings(names) if quotas and self.store.sharded else {}
         running_of = store.running()
         own = AccountLimit.from_json(own_limit) if own_limit else None
         # the store's default (what the claim applies); this process's setting until one is set
@@ -324,6 +326,7 @@ class ConsoleReader:
         for n, queue in enumerate(names):
             (nready, state, limit_wake, deferral, ndelayed, heads, first_delayed, quota_limit,
              quota_bucket, quota_running, here) = replies[11 * n: 11 * n + 11]
+            quota_bucket, quota_running = at_home.get(queue, (quota_bucket, quota_running))
             running = running_of.get((queue, normalize_id(account)), 0)
             fields = [pause_field(None, queue), pause_field(account, queue),
                       pause_field(account, None)]

@@ -15,7 +15,8 @@
 --     and take_token in lib/limits.lua); what a "no" does: deferred until when, or held at
 --     its cap, and why (defer, hold_at_cap, record_deferral, here);
 --   whether the queue's shared limit lets it run (queue_quota, quota_full and the shared
---     bucket in take_token, lib/limits.lua); a "no" stops the queue for this claim, the
+--     bucket in take_token, lib/limits.lua; in a sharded store the grant the worker took at
+--     the home, granted_quota, quota.lua); a "no" stops the queue for this claim, the
 --     account keeping its turn (wait_for_quota, here);
 --   whether a job is poison (delivered too often) and dead-lettered (dead_letter, lib/leases.lua);
 --   when the worker should ask again, and whether to ring the doorbell for another worker.
@@ -33,10 +34,15 @@
 --       [9] how many of the queues to claim from, [10] done-key retention in seconds, [11] "1"
 --       when the worker keeps the queues' time (it arms its own timer for the next due time:
 --       a deferral calls no keeper), [12] n acks, then n times: queue index, job_id, business
---       key as stored ("-": none), "1" if it succeeded (see ack_job in lib/leases.lua).
+--       key as stored ("-": none), "1" if it succeeded (see ack_job in lib/leases.lua);
+--       then per queue claimed from, in a sharded store: the grant of its shared limit the
+--       worker took at the home (quota.lua), "-" when it took none.
 -- Returns a flat list: seconds until the next deferred account or delayed job is due (-1: none),
 -- the list of acked job ids whose lease was lost, the runnable weight of the queues claimed from
--- (in a sharded store, else 0: see join_rotation), then per job: queue index, job_id, envelope,
+-- (in a sharded store, else 0: see join_rotation), per queue claimed from how many jobs of its
+-- grant the claim leased (-1: the queue has a shared limit and the worker brought no grant,
+-- so it takes one and asks again at once; a store of one shard: none listed), then per job:
+-- queue index, job_id, envelope,
 -- deliveries, account, business key as stored, and its idempotency marker as it was before
 -- this claim wrote the started one ('' when none). A job whose Celery ``expires`` has passed
 -- is dropped from the store when it comes up, before any limit is asked (it takes no slot and
@@ -56,6 +62,10 @@ local batch, max_skips, max_deliveries = tonumber(ARGV[5]), tonumber(ARGV[6]), t
 local nq, retention = tonumber(ARGV[9]), tonumber(ARGV[10])
 local now = now_seconds()
 local keeps_time = ARGV[11] == '1'
+local grants = {}  -- each claimed queue's grant of its shared limit (sharded: quota.lua)
+for i = 1, nq do
+  grants[i] = tonumber(ARGV[13 + tonumber(ARGV[12]) * 4 + i - 1] or '-')
+end
 claiming = true  -- see join_rotation: this claim rings at its end, if it leaves work
 
 -- each queue's keys (queue_keys), made once per call
@@ -152,8 +162,12 @@ local function limits_of(qk, account)
     default_limit = stored_default or ARGV[4]
     for n = 1, nq do
       if held[4 + n] then
-        queues[n].quota = queue_quota(queues[n], held[4 + n])
         shared_limits = shared_limits + 1
+      end
+      if SHARDED and (held[4 + n] or grants[n]) then
+        queues[n].quota = granted_quota(grants[n])
+      elseif held[4 + n] then
+        queues[n].quota = queue_quota(queues[n], held[4 + n])
       end
     end
     return own or default_limit, own_here or default_here or nil
@@ -282,6 +296,9 @@ local function claim_from(qk, account, tag, joined_weight)
     return nil
   end
 
+  if qk.quota and qk.quota.grant then
+    qk.quota.used = qk.quota.used + 1
+  end
   local capped = cap > 0 and running + 1 >= cap
   local held = more and (next_token or capped)
   take_head(qk, account, head, more, next_tag(tag, limit.weight), held, limit.weight)
@@ -311,7 +328,7 @@ local function claim_from(qk, account, tag, joined_weight)
   if cap > 0 then
     redis.call('HINCRBY', qk.running, account, 1)  -- for its cap
   end
-  if qk.quota and qk.quota.cap > 0 then
+  if qk.quota and (qk.quota.cap or 0) > 0 then
     redis.call('HINCRBY', qk.running, '*', 1)  -- for the queue's shared concurrency
     qk.quota.running = qk.quota.running + 1
     counted = cap > 0 and 'b' or 'q'
@@ -324,7 +341,7 @@ local function claim_from(qk, account, tag, joined_weight)
   return job_id, job.envelope, job.deliveries, job.job_key, marker
 end
 
-local out, claimed, skips, live, empty = {-1, lost, 0}, 0, 0, nq, {}
+local out, claimed, skips, live, empty = {-1, lost, 0, {}}, 0, 0, nq, {}
 for i = 1, nq do
   promote(queue_at(i))
   queues[i].weight_change, queues[i].finished = 0, {}
@@ -361,7 +378,7 @@ while claimed < want and live > 0 and skips <= max_skips do
         redis.call('ZADD', qk.tags, tag, popped[1])  -- back, at the tag it had
         qk.weight_change = qk.weight_change + joined_weight
         wait_for_quota(qk, envelope)
-        empty[i] = true
+        empty[i], qk.waits = true, true  -- nothing more of it, no ring; its accounts can run
         live = live - 1
       elseif deliveries == 'expired' then
         skips = skips + 1  -- bounded like a skip; the worker records it, nothing runs
@@ -402,11 +419,13 @@ for n = 1, nq do
   end
   leave_tags(queues[n])
 end
--- what the queues claimed from can run now, by weight, for the worker's choice of a shard
+-- what the queues claimed from can run now, by weight, for the worker's choice of a shard: a
+-- queue waiting for its shared limit's next grant counts (its accounts keep their turns)
 if SHARDED then
   local runnable = 0
   for n = 1, nq do
-    if not empty[n] then  -- an empty rotation's weight is none, whatever it says (join_rotation)
+    -- an empty rotation's weight is none, whatever it says (join_rotation)
+    if not empty[n] or queues[n].waits then
       local weight = redis.call('INCRBY', queues[n].weight, queues[n].weight_change)
       if weight <= 0 then  -- none kept yet (a store of one shard, moving)
         weight = weigh_rotation(queues[n])
@@ -416,8 +435,18 @@ if SHARDED then
   end
   out[3] = runnable
 end
--- stopped by max_skips with accounts still in rotation: ask again at once, not a poll later
-if claimed < want and live > 0 and skips > max_skips then
+-- how much of each grant was used; a queue whose worker brought none asks again at once
+local ask_again = claimed < want and live > 0 and skips > max_skips
+if SHARDED then
+  for n = 1, nq do
+    local quota = queues[n].quota
+    out[4][n] = quota and quota.grant and (quota.asked and -1 or quota.used) or 0
+    ask_again = ask_again or (quota and quota.asked) or false
+  end
+end
+-- stopped by max_skips with accounts still in rotation, or a grant to take: ask again at once,
+-- not a poll later
+if ask_again then
   out[1] = '0'
 end
 return out

@@ -33,6 +33,7 @@ from ..formats.dead_letter import DeadLetter
 from ..formats.keys import (
     DEFAULT_LIMIT_FIELD,
     IN_QUEUE_PREFIX,
+    QUEUE_LIMIT_PREFIX,
     Keys,
     decode_id,
     encode_id,
@@ -105,11 +106,6 @@ class Resharder:
                                f"shrink it, drain it into a new store of {self.to})")
         shards = [FairStore(self.client, Keys(self.keys.prefix, n), self.settings)
                   for n in range(self.to)]
-        if moving is None and (quotas := [queue for queue, _ in shards[0].queue_limits()]):
-            raise ReshardError(
-                f"queue(s) {', '.join(map(repr, sorted(quotas)))} have a shared limit, which "
-                f"a sharded store cannot keep exact yet: clear it first "
-                f"(celery_fairqueue.clear_queue_limit(app, queue))")
         mover = AccountMover(shards)
         self._announce(old, mover)
         self._copy_store_wide(shards, old)
@@ -145,8 +141,9 @@ class Resharder:
             mover.weigh(0)
 
     def _copy_store_wide(self, shards: list[FairStore], old: int) -> None:
-        """What every shard keeps a copy of, to the new shards: the store's default limit and
-        the queues' defaults (for their claims) and the queues' operator pauses; and the home's
+        """What every shard keeps a copy of, to the new shards: the store's default limit, the
+        queues' defaults and shared limits (for their claims; the home keeps a shared limit's
+        bucket and counts, quota.py) and the queues' operator pauses; and the home's
         event stream and its consumer groups, so that a recorder misses no event of a job on a
         new shard (the scripts record only into a stream that exists)."""
         home = shards[0].keys
@@ -157,6 +154,9 @@ class Resharder:
                                     count=SCAN_COUNT)
                                 if (scope := parse_in_queue_field(text(name))) and scope[1] is None}
                           for key in ("limits", "limit_config")}
+        for key, fields in queue_defaults.items():
+            fields.update({text(name): text(raw) for name, raw in self.client.hscan_iter(
+                getattr(home, key), match=QUEUE_LIMIT_PREFIX + "*", count=SCAN_COUNT)})
         pauses = {name: raw for name, raw in self._hash(home.pauses).items()
                   if name.startswith("q:")}
         groups = [text(group["name"]) for group in self.client.xinfo_groups(home.events)

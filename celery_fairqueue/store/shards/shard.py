@@ -122,9 +122,9 @@ class FairStore(Jobs, Fleet, Operator, SlowDowns):
 
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
               first: int = 0, acks: Sequence[Lease] = (), *, keeps_time: bool = True,
-              tick: bool = False) -> Claim:
+              tick: bool = False, grants: Sequence[int | None] = ()) -> Claim:
         claim = super().claim(queues, want, token, default_limit, first, acks,
-                              keeps_time=keeps_time, tick=tick)
+                              keeps_time=keeps_time, tick=tick, grants=grants)
         if claim.lost and acks:
             lost = set(claim.lost)
             self._forward_done([lease for lease in acks if lease.job_id in lost])

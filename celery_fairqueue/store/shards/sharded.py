@@ -20,11 +20,10 @@ accounts that can run now, which every claim returns (chooser.py).
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from ...errors import ConfigurationError, FairqueueError, StoreUnavailableError
+from ...errors import StoreUnavailableError
 from ...limits import AccountLimit
 from ...protocol import delivery_id
 from ...settings import FairqueueSettings
@@ -40,7 +39,9 @@ from .chooser import ShardChooser
 from .layout import Layout, LayoutReading
 from .merged import summed
 from .placement import account_shard
+from .quota import SharedQuotas
 from .shard import FairStore
+from .sharded_claim import ShardedClaim
 
 T = TypeVar("T")
 
@@ -52,6 +53,7 @@ class ShardedStore(FairStore):
         super().__init__(client, keys, settings)
         self.shards: list[FairStore] = []
         self._job_shard: dict[str, int] = {}  # leased job id -> its shard (see beat)
+        self.quotas = SharedQuotas(self)  # the queues' shared limits, at the home (quota.py)
         self.reading = LayoutReading(settings.shards_check_interval, settings.shards)
         # until the store's layout is read: the setting's (layout.py)
         self._follow(Layout(settings.shards))
@@ -176,74 +178,21 @@ class ShardedStore(FairStore):
 
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
               first: int = 0, acks: Sequence[Lease] = (), *, keeps_time: bool = True,
-              tick: bool = False) -> Claim:
+              tick: bool = False, grants: Sequence[int | None] = ()) -> Claim:
         """Lease up to ``want`` jobs from the shards the chooser names, in turn, and settle
-        ``acks`` on their own shards (riding with a claim there, or alone). A shard that fails
-        is left out for a moment: what the others answered is kept, and the acks it did not
-        settle come back in ``Claim.unsettled``; only when no shard answered does the claim
-        raise, as a claim of one store does. ``tick`` with no ``want``: the time keeper's
-        claim of nothing on each shard whose due time came (Jobs.claim)."""
+        ``acks`` on their own shards (sharded_claim.py). ``tick`` with no ``want``: the time
+        keeper's claim of nothing on each shard whose due time came (Jobs.claim). The grants
+        of the queues' shared limits are its own to take (quota.py): ``grants`` is a shard's."""
         self.check_shards()
         if len(self.shards) == 1:  # a store of one shard: its claim, as it is
             return self.shards[0].claim(queues, want, token, default_limit, first, acks,
                                         keeps_time=keeps_time, tick=tick)
         want = min(want, self.settings.claim_batch) if queues else 0
-        ticking = self._chooser.due_shards(time.monotonic()) if tick and want <= 0 else []
-        by_shard: dict[int, list[Lease]] = {}
-        for lease in acks:
-            by_shard.setdefault(self._by_tag[lease.store.keys.tag], []).append(lease)
-        leases: list[Lease] = []
-        expired: list[Lease] = []
-        lost: list[str] = []
-        unsettled: list[Lease] = []
-        failure: FairqueueError | None = None
-        tried: set[int] = set()
-        answered = False
-        runnable = 0
-        def ask(n: int, wanted: int, now: float) -> Claim | None:
-            """Shard ``n``'s claim of ``wanted`` jobs (0: the keeper's tick), its acks riding;
-            None when it failed (left out for a moment)."""
-            nonlocal answered, failure, lost, unsettled
-            riding = by_shard.pop(n, [])
-            try:
-                got = self.shards[n].claim(queues, wanted, token, default_limit, first, riding,
-                                           keeps_time=keeps_time, tick=not wanted)
-            except FairqueueError as exc:
-                self._chooser.failed(n, now)
-                unsettled += riding
-                failure = failure or exc
-                return None
-            answered = True
-            self._chooser.claimed(n, len(got.leases), got.runnable, got.next_due, now)
-            lost += got.lost
-            return got
-
-        while want > len(leases):
-            now = time.monotonic()
-            n = self._chooser.pick(now, tried, settling=by_shard, batch=want - len(leases))
-            if n is None:
-                break
-            tried.add(n)
-            got = ask(n, want - len(leases), now)
-            if got is not None:
-                leases += got.leases
-                expired += got.expired
-                runnable += got.runnable
-        for n in ticking:
-            ask(n, 0, time.monotonic())
-        for n, settling in by_shard.items():  # acks of shards not claimed from
-            try:
-                lost += self.shards[n].claim([], 0, token, "", acks=settling).lost
-                answered = True
-            except FairqueueError as exc:
-                unsettled += settling
-                failure = failure or exc
-        if failure is not None and not answered:
-            raise failure
-        for lease in leases:
+        claim = ShardedClaim(self, queues, token, default_limit, first, keeps_time).run(
+            want, acks, tick)
+        for lease in claim.leases:
             self._job_shard[lease.job_id] = self._by_tag[lease.store.keys.tag]
-        return Claim(leases, self._chooser.next_due(time.monotonic()), runnable=runnable,
-                     expired=expired, lost=lost, unsettled=unsettled, failure=failure)
+        return claim
 
     def forget_recording(self) -> None:
         """Every shard asks again whether a recorder listens (each has its own stream)."""
@@ -278,6 +227,7 @@ class ShardedStore(FairStore):
         known = {job_id: self._job_shard[job_id] for job_id in job_ids
                  if job_id in self._job_shard}
         self._job_shard = known  # the jobs no longer held are forgotten
+        self.quotas.still_held(job_ids)
         unknown = [job_id for job_id in job_ids if job_id not in known]
         lost_everywhere: set[str] | None = None
         lost: list[str] = []
@@ -340,12 +290,11 @@ class ShardedStore(FairStore):
             FairStore.set_queue_default_limit(shard, queue, limit)
 
     def set_queue_limit(self, queue: str, limit: AccountLimit | None) -> None:
-        """At the home; a sharded store refuses one (its shards' claims cannot see it yet)."""
-        if limit is not None and (len(self.shards) > 1 or self.sharded):
-            raise ConfigurationError(
-                f"queue {queue!r}: a queue's shared limit needs a store of one shard "
-                f"(fairqueue_shards = 1); this store has {len(self.shards)}")
+        """At the home, which grants its jobs (quota.py), then a copy on every other shard,
+        by which their claims know that it is set."""
         FairStore.set_queue_limit(self, queue, limit)
+        for shard in self.shards[1:]:
+            FairStore.set_queue_limit(shard, queue, limit)
 
     def limits(self) -> Iterator[tuple[str, AccountLimit]]:
         for shard in self.shards:

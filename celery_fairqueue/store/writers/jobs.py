@@ -96,6 +96,9 @@ class Claim:
     leases: list[Lease]
     next_due: float | None  # seconds until a deferred account or delayed job is due
     runnable: int = 0  # the summed weights of the accounts that can run now (sharded store)
+    #: a sharded store's claim: per queue claimed from, the jobs of its grant leased (-1: the
+    #: queue has a shared limit and no grant was brought; see shards/quota.py)
+    granted: list[int] = field(default_factory=list)
     expired: list[Lease] = field(default_factory=list)  # dropped, past Celery's expires
     lost: list[str] = field(default_factory=list)  # acked jobs whose lease was lost
     #: a sharded store's claim that some shard failed: the acks it did not settle (the caller
@@ -249,14 +252,16 @@ class Jobs(StoreDoor):
 
     def claim(self, queues: Sequence[str], want: int, token: str, default_limit: str,
               first: int = 0, acks: Sequence[Lease] = (), *, keeps_time: bool = True,
-              tick: bool = False) -> Claim:
+              tick: bool = False, grants: Sequence[int | None] = ()) -> Claim:
         """Ack ``acks`` (this worker's finished leases), then lease up to ``want`` jobs from
         ``queues``, rotating over accounts with capacity; also say when the next deferred
         account or delayed job is due. ``first`` is the 0-based index of the queue to look at
         first (workers rotate it so no queue starves). One round trip for the whole turn.
         ``keeps_time``: the worker arms its own timer for the next due time (else a deferral
         due first calls the queues' time keeper). ``tick``: the time keeper's call with no
-        free slot, which promotes what is due and rings for it though it leases nothing."""
+        free slot, which promotes what is due and rings for it though it leases nothing.
+        ``grants``: in a sharded store, per queue the jobs its shared limit lets this claim
+        lease (None: no grant taken; shards/quota.py)."""
         want = min(want, self.settings.claim_batch) if queues else 0
         if want <= 0 and not acks and not (tick and queues):
             return Claim([], None)
@@ -269,11 +274,12 @@ class Jobs(StoreDoor):
             s.max_deliveries, first % len(queues) + 1 if queues else 1, len(queues),
             s.job_retention, "1" if keeps_time else "0", len(acks),
             *(arg for ack in acks for arg in ack.ack_args(position[ack.queue])),
+            *("-" if grant is None else grant for grant in grants),
         ])
         next_due = float(flat[0])
         claim = Claim([], next_due if next_due >= 0 else None, runnable=int(flat[2]),
-                      lost=list(flat[1]))
-        for n in range(3, len(flat), 7):
+                      lost=list(flat[1]), granted=[int(used) for used in flat[3]])
+        for n in range(4, len(flat), 7):
             index = int(flat[n])  # negated for an expired job the claim dropped
             lease = Lease(self, token, queue=names[abs(index) - 1], job_id=flat[n + 1],
                           envelope=flat[n + 2], deliveries=int(flat[n + 3]),

@@ -170,7 +170,7 @@ class Operator(StoreDoor):
     def _queue_limit(self, queue: str, field: str, limit: AccountLimit | None) -> None:
         self._run("queue_limit", [self.keys.queue(q) for q in self.known_queues()], [
             field, limit.pack(self.server_time()) if limit else "",
-            limit.to_json() if limit else "", encode_id(queue)])
+            limit.to_json() if limit else "", encode_id(queue), "1" if self.sharded else "0"])
 
     def queue_limits(self) -> Iterator[tuple[str, AccountLimit]]:
         """``(queue, its shared limit)`` of every queue that has one."""

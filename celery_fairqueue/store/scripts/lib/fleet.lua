@@ -1,10 +1,28 @@
 -- The registry of live workers (writers/fleet.py).
+-- include: keys
+
+-- A worker that left or died runs no job any more: its counts under the queues' shared limits
+-- of a sharded store (quota.lua: "<queue> <id>", each queue's total under "<queue>") are
+-- taken off. O(fields): the queues with a shared limit times the workers running their jobs,
+-- read only when a worker goes.
+local function release_quota_holder(id)
+  local suffix = ' ' .. id
+  local counts = redis.call('HGETALL', K_QUOTAS)
+  for n = 1, #counts, 2 do
+    if string.sub(counts[n], -#suffix) == suffix then
+      local queue = string.sub(counts[n], 1, -#suffix - 1)
+      redis.call('HDEL', K_QUOTAS, counts[n])
+      hincr_or_drop(K_QUOTAS, queue, -tonumber(counts[n + 1]))
+    end
+  end
+end
 
 -- Drop the registry entries not renewed in time, so a dead worker vanishes by itself.
 local function sweep_registry(now)
   for _, gone in ipairs(redis.call('ZRANGEBYSCORE', K_WORKERS, '-inf', now, 'LIMIT', 0, 100)) do
     redis.call('ZREM', K_WORKERS, gone)
     redis.call('HDEL', K_WORKERINFO, gone)
+    release_quota_holder(gone)
   end
 end
 
@@ -14,6 +32,7 @@ local function renew_registration(id, info, ttl, now)
   if ttl < 0 then
     redis.call('ZREM', K_WORKERS, id)
     redis.call('HDEL', K_WORKERINFO, id)
+    release_quota_holder(id)
   else
     redis.call('ZADD', K_WORKERS, now + ttl, id)
     redis.call('HSET', K_WORKERINFO, id, string.format('%.6f', now) .. ' ' .. info)

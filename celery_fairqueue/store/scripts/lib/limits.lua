@@ -35,9 +35,22 @@ local function queue_quota(qk, packed)
   return {rate = rate, burst = burst, cap = cap, field = queue_limit_field(qk.name)}
 end
 
--- Whether the queue runs as many jobs as its shared concurrency allows.
+-- A queue's shared limit in a sharded store: kept at the store's home (quota.lua), where the
+-- worker takes a grant of jobs before it claims on a shard; the claim leases at most ``grant``
+-- of the queue's jobs (``used`` counts them), and a shard's copy of the limit only says that
+-- one is set. No grant brought (the worker did not know of the limit): none runs, and the
+-- claim asks the worker to take one (``asked``, claim.lua).
+local function granted_quota(grant)
+  return {grant = grant or 0, asked = grant == nil, used = 0}
+end
+
+-- Whether the queue runs as many jobs as its shared concurrency allows (in a sharded store:
+-- as its grant allows).
 local function quota_full(qk)
   local quota = qk.quota
+  if quota and quota.grant then
+    return quota.used >= quota.grant
+  end
   if not quota or quota.cap <= 0 then
     return false
   end
@@ -80,7 +93,7 @@ local function binding_limits(qk, account, packed, here, now)
       limit.buckets[#limit.buckets + 1] = {in_queue_field(qk.name, account), q_rate, q_burst}
     end
   end
-  if qk.quota and qk.quota.rate > 0 then
+  if qk.quota and (qk.quota.rate or 0) > 0 then
     limit.buckets[#limit.buckets + 1] = {qk.quota.field, qk.quota.rate, qk.quota.burst, true}
   end
   return limit
