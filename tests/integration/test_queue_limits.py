@@ -220,9 +220,29 @@ def test_a_reshard_keeps_a_queue_quotas_bucket_and_its_jobs_keep_to_it_on_the_ne
     assert [(q, limit.burst) for q, limit in one.queue_limits()] == [("linkedin", 8)]
 
 
+@pytest.fixture(params=[1, 16], ids=["one-shard", "16-shards"])
+def shards(request, fair):
+    """The fair app's store of one shard or of 16 (its workers told so by FQ_SHARDS)."""
+    fair.app.conf.fairqueue_shards = request.param
+    for cached in ("_fairqueue_settings", "_fairqueue_store"):
+        fair.app.__dict__.pop(cached, None)
+    yield request.param
+    fair.app.conf.fairqueue_shards = 1
+    for cached in ("_fairqueue_settings", "_fairqueue_store"):
+        fair.app.__dict__.pop(cached, None)
+
+
+def running_under_quota(store, queue: str) -> int:
+    """The queue's jobs running under its shared limit, as the store counts them: the claim's
+    count on one shard, the workers' reports at the home of a sharded one."""
+    if store.sharded:
+        return store.quotas.readings([queue])[queue][1]
+    return int(store.client.hget(store.keys.queue(queue).running, "*") or 0)
+
+
 @pytest.mark.slow
 def test_a_queue_quota_of_concurrency_4_on_16_threads_never_runs_more_than_4_of_its_jobs(
-        fair, celery_worker_factory, redis_client):
+        fair, shards, celery_worker_factory, redis_client):
     """Real workers: sampled from the tasks themselves (the ledger's start and end times) and
     from the store; the other queue keeps the free threads."""
     celery_fairqueue.set_queue_limit(fair.app, "linkedin", concurrency=4)
@@ -231,12 +251,14 @@ def test_a_queue_quota_of_concurrency_4_on_16_threads_never_runs_more_than_4_of_
     for n in range(1000, 1120):
         fair.job.apply_async(args=(f"acct{n % 8}", n, 0.1), queue="email")
     store = celery_fairqueue.store_for(fair.app)
-    celery_worker_factory("tests.apps.fair", queues=["linkedin", "email"], concurrency=8)
-    celery_worker_factory("tests.apps.fair", queues=["linkedin", "email"], concurrency=8)
+    env = {"FQ_SHARDS": str(shards)}
+    for _ in range(2):
+        celery_worker_factory("tests.apps.fair", queues=["linkedin", "email"], concurrency=8,
+                              env=env)
     sampled = []
     deadline = time.monotonic() + 60
     while redis_client.llen("runs") < 160 and time.monotonic() < deadline:
-        sampled.append(int(redis_client.hget(store.keys.queue("linkedin").running, "*") or 0))
+        sampled.append(running_under_quota(store, "linkedin"))
         time.sleep(0.01)
     assert redis_client.llen("runs") == 160, redis_client.llen("runs")
     runs = [json.loads(r) for r in redis_client.lrange("runs", 0, -1)]
@@ -250,8 +272,7 @@ def test_a_queue_quota_of_concurrency_4_on_16_threads_never_runs_more_than_4_of_
     # the other queue had the free threads (12 of 16; 8 leaves room for a loaded machine)
     email_overlap = max(itertools.accumulate(step for _, step in edges))
     assert email_overlap >= 8, email_overlap
-    assert wait_until(lambda: not redis_client.hget(store.keys.queue("linkedin").running, "*"),
-                      timeout=10)
+    assert wait_until(lambda: not running_under_quota(store, "linkedin"), timeout=10)
 
 
 def test_the_console_says_an_account_waits_for_its_queues_shared_limit_and_its_next_token(store):

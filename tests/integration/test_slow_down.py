@@ -128,11 +128,15 @@ def test_another_account_keeps_its_throughput_and_acmes_other_queue_is_not_held(
     slowed = run(provider, redis_client, celery_worker_factory, jobs, first=100)  # new keys
     trip = first_429(slowed)
     email = between(slowed, trip["at"], trip["at"] + PAUSE, account="acme", queue="email")
+    other = between(slowed, trip["at"], trip["at"] + PAUSE, account="other", queue="default")
     figure(f"slow down: other's calls/s {throughput(baseline, 'other'):.2f} without the 429, "
-           f"{throughput(slowed, 'other'):.2f} with; acme's email calls in the pause "
-           f"{len(email)}")
-    assert throughput(slowed, "other") == pytest.approx(throughput(baseline, "other"), rel=0.05)
+           f"{throughput(slowed, 'other'):.2f} with; in the pause other's calls {len(other)}, "
+           f"acme's email calls {len(email)}")
+    # each runs at its own limit through acme's pause (held, it would make none then); how
+    # close a loaded machine's workers keep to 10/s is not the pause's to say, hence 0.7
+    assert len(other) >= 0.7 * PAUSE * RATE, len(other)
     assert len(email) >= 0.7 * PAUSE * RATE, len(email)  # all of acme's limit, in its queue
+    assert throughput(slowed, "other") >= 0.85 * throughput(baseline, "other")
 
 
 def test_scope_queue_holds_every_accounts_jobs_in_the_queue_and_no_other_queue(

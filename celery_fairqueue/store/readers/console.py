@@ -314,7 +314,8 @@ class ConsoleReader:
                        in_queue_field(queue, None))
         own_limit, stored_default, pauses, *replies = pipe.execute()
         quotas = getattr(self.store, "quotas", None)  # a sharded store's, at its home
-        at_home = quotas.readings(names) if quotas and self.store.sharded else {}
+        at_home = quotas.readings([q for n, q in enumerate(names) if replies[11 * n + 7]]
+                                  ) if quotas and self.store.sharded else {}
         running_of = store.running()
         own = AccountLimit.from_json(own_limit) if own_limit else None
         # the store's default (what the claim applies); this process's setting until one is set

@@ -435,17 +435,14 @@ if SHARDED then
   end
   out[3] = runnable
 end
--- how much of each grant was used; a queue whose worker brought none asks again at once
+-- how much of each grant was used. Ask again at once, not a poll later, when stopped by
+-- max_skips with accounts still in rotation, or with a grant to take (none was brought)
 local ask_again = claimed < want and live > 0 and skips > max_skips
-if SHARDED then
-  for n = 1, nq do
-    local quota = queues[n].quota
-    out[4][n] = quota and quota.grant and (quota.asked and -1 or quota.used) or 0
-    ask_again = ask_again or (quota and quota.asked) or false
-  end
+for n = 1, SHARDED and nq or 0 do
+  local quota = queues[n].quota
+  out[4][n] = quota and quota.grant and (quota.asked and -1 or quota.used) or 0
+  ask_again = ask_again or (quota and quota.asked) or false
 end
--- stopped by max_skips with accounts still in rotation, or a grant to take: ask again at once,
--- not a poll later
 if ask_again then
   out[1] = '0'
 end

@@ -41,7 +41,7 @@ from .merged import summed
 from .placement import account_shard
 from .quota import SharedQuotas
 from .shard import FairStore
-from .sharded_claim import ShardedClaim
+from .sharded_claim import ShardedClaim, Shards
 
 T = TypeVar("T")
 
@@ -188,7 +188,8 @@ class ShardedStore(FairStore):
             return self.shards[0].claim(queues, want, token, default_limit, first, acks,
                                         keeps_time=keeps_time, tick=tick)
         want = min(want, self.settings.claim_batch) if queues else 0
-        claim = ShardedClaim(self, queues, token, default_limit, first, keeps_time).run(
+        spans = Shards(self.shards, self._chooser, self._by_tag, self.quotas)
+        claim = ShardedClaim(spans, queues, token, default_limit, first, keeps_time).run(
             want, acks, tick)
         for lease in claim.leases:
             self._job_shard[lease.job_id] = self._by_tag[lease.store.keys.tag]

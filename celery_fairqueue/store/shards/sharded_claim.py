@@ -13,21 +13,31 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from ...errors import FairqueueError
 from ..writers.jobs import Claim
 from ..writers.leases import Lease
-from .quota import Grants
+from .chooser import ShardChooser
+from .quota import Grants, SharedQuotas
+from .shard import FairStore
 
-if TYPE_CHECKING:
-    from .sharded import ShardedStore
+
+@dataclass(frozen=True)
+class Shards:
+    """What a claim spans: the shards, the worker's chooser, the shard of each hash tag, and
+    the queues' shared limits at the home (sharded.py keeps them)."""
+
+    shards: list[FairStore]
+    chooser: ShardChooser
+    by_tag: dict[str, int]
+    quotas: SharedQuotas
 
 
 class ShardedClaim:
-    """The state of one claim of ``want`` jobs from ``queues`` over ``store``'s shards."""
+    """The state of one claim of ``want`` jobs from ``queues`` over the ``store``'s shards."""
 
-    def __init__(self, store: ShardedStore, queues: Sequence[str], token: str,
+    def __init__(self, store: Shards, queues: Sequence[str], token: str,
                  default_limit: str, first: int, keeps_time: bool) -> None:
         self.store, self.queues, self.token = store, queues, token
         self.default_limit, self.first, self.keeps_time = default_limit, first, keeps_time
@@ -42,10 +52,10 @@ class ShardedClaim:
         self.runnable = 0
 
     def run(self, want: int, acks: Sequence[Lease], tick: bool) -> Claim:
-        store, chooser = self.store, self.store._chooser
+        store, chooser = self.store, self.store.chooser
         ticking = chooser.due_shards(time.monotonic()) if tick and want <= 0 else []
         for lease in acks:
-            self.by_shard.setdefault(store._by_tag[lease.store.keys.tag], []).append(lease)
+            self.by_shard.setdefault(store.by_tag[lease.store.keys.tag], []).append(lease)
         grants: Grants | None = None  # taken once a shard is to be asked
         tried: set[int] = set()
         while want > len(self.leases):
@@ -95,11 +105,11 @@ class ShardedClaim:
                 self.queues, wanted, self.token, self.default_limit, self.first, riding,
                 keeps_time=self.keeps_time, tick=not wanted, grants=grants)
         except FairqueueError as exc:
-            self.store._chooser.failed(n, now)
+            self.store.chooser.failed(n, now)
             self.unsettled += riding
             self.failure = self.failure or exc
             return None
         self.answered = True
-        self.store._chooser.claimed(n, len(got.leases), got.runnable, got.next_due, now)
+        self.store.chooser.claimed(n, len(got.leases), got.runnable, got.next_due, now)
         self.lost += got.lost
         return got
