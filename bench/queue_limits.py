@@ -1,7 +1,12 @@
 """Limits a provider sets: a queue's shared quota and an account's limit in one queue (issue 45),
-through real workers on one redis-server, a store of one shard.
+through real workers on one redis-server.
 
     .venv/bin/python -m bench.queue_limits [--quick] [--only quota|in_queue|concurrency]
+        [--shards N] [--cluster]
+
+``--shards N`` spreads the fair store over N shards (the quota is then granted at the store's
+home, store/shards/quota.py); ``--cluster`` puts the fair store on a Redis Cluster of 3
+primaries (broker and ledger stay on the one redis-server).
 
 (1) A queue quota of 50/s (burst 1, then 2) shared by 20 backlogged accounts of weights 1, 2
     and 4 (2 of weight 4, 4 of weight 2, 14 of weight 1), 10 ms jobs, 2 workers x 4 threads:
@@ -21,11 +26,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import threading
 import time
 
 from bench._common import redis_server, runs, workers
-from bench.fairness import fresh, wait_for_runs
+from bench.environment import SHARDS_ENV
+from bench.fairness import fair_store, fresh, wait_for_runs
 from celery_fairqueue import set_account_limit, set_queue_limit, store_for
 
 QUOTA = 50.0
@@ -140,10 +147,11 @@ def report_concurrency(server, quick: bool) -> bool:
     sampled: list[int] = []
     stop = threading.Event()
 
-    def sample() -> None:
+    def sample() -> None:  # the claim's count on one shard, the workers' at a sharded home
         running = store.keys.queue("linkedin").running
         while not stop.is_set():
-            sampled.append(int(client.hget(running, "*") or 0))
+            sampled.append(store.quotas.readings(["linkedin"])["linkedin"][1] if store.sharded
+                           else int(store.client.hget(running, "*") or 0))
             time.sleep(0.005)
 
     sampler = threading.Thread(target=sample)
@@ -167,9 +175,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter runs")
     parser.add_argument("--only", choices=["quota", "in_queue", "concurrency"])
+    parser.add_argument("--shards", type=int, default=1, help="fairqueue_shards of the store")
+    parser.add_argument("--cluster", action="store_true",
+                        help="the fair store on a Redis Cluster of 3 primaries")
     options = parser.parse_args()
+    os.environ[SHARDS_ENV] = str(options.shards)  # read by bench.app, here and in the workers
     ok = True
-    with redis_server() as server:
+    with redis_server() as server, fair_store(options.cluster):
+        print(f"fair store: {options.shards} shard(s) on "
+              f"{'a Redis Cluster of 3 primaries' if options.cluster else 'one redis-server'}")
         if options.only in (None, "quota"):
             ok &= report_quota(server, options.quick)
         if options.only in (None, "in_queue"):

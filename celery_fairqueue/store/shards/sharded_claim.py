@@ -57,6 +57,7 @@ class ShardedClaim:
         for lease in acks:
             self.by_shard.setdefault(store.by_tag[lease.store.keys.tag], []).append(lease)
         grants: Grants | None = None  # taken once a shard is to be asked
+        waits_for_grant = False  # every queue at its shared limit: nothing to ask of a shard
         tried: set[int] = set()
         while want > len(self.leases):
             now = time.monotonic()
@@ -68,6 +69,7 @@ class ShardedClaim:
                 if all(queue in grants.left for queue in self.queues):  # each has a grant
                     want = min(want, sum(grants.left.values()))
                     if not want:
+                        waits_for_grant = True
                         break
             tried.add(n)
             got = self._ask(n, want - len(self.leases), now, grants.for_claim(self.queues))
@@ -92,7 +94,10 @@ class ShardedClaim:
                             self.keeps_time)
         if self.failure is not None and not self.answered:
             raise self.failure
-        return Claim(self.leases, grants.ask_again(chooser.next_due(time.monotonic())),
+        # the shards' due times wait for the grant too: a due shard is asked at its next claim
+        next_due = grants.wait if waits_for_grant else grants.ask_again(
+            chooser.next_due(time.monotonic()))
+        return Claim(self.leases, next_due,
                      runnable=self.runnable, expired=self.expired, lost=self.lost,
                      unsettled=self.unsettled, failure=self.failure)
 
