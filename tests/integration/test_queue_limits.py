@@ -14,6 +14,7 @@ from celery_fairqueue.reasons import format_clock, reason_text
 from celery_fairqueue.settings import FairqueueSettings
 from celery_fairqueue.states import Reason
 from celery_fairqueue.store import ConsoleReader, FairStore, WorkerRegistration, open_store
+from celery_fairqueue.store.shards.quota import SharedQuotas
 from celery_fairqueue.store.shards.reshard import Resharder
 from tests.harness import wait_until
 
@@ -197,6 +198,28 @@ def test_a_sharded_stores_queue_quota_is_kept_at_its_home_and_copied_to_every_sh
                for shard in sharded.shards)
     sharded.set_queue_limit("linkedin", None)
     assert not any(shard.queue_limit("linkedin") for shard in sharded.shards)
+
+
+def test_a_sharded_quotas_running_count_forgets_a_dead_worker_and_one_that_left(make_store):
+    """The home counts each worker's running jobs as it reports them (quota.py): a worker
+    that stops beating, or leaves, runs none any more, and its count goes with its
+    registration."""
+    store = make_store(shards=16, lease_seconds=30.0, heartbeat_interval=0.1)
+    store.set_queue_limit("linkedin", AccountLimit(concurrency=2))
+    for account in ("a", "b", "c", "d"):
+        fill(store, account, 3)
+    for worker in ("dead", "gone"):  # each its own view of the quotas, as its own process
+        store.register_worker(worker, WorkerRegistration("celery@test", ("linkedin",), 4))
+        store.quotas = SharedQuotas(store)
+        held = [lease for _ in range(3)
+                for lease in store.claim(["linkedin"], 4, worker, NO_LIMIT).leases]
+        assert len(held) == 2 and running_under_quota(store, "linkedin") == 2
+        if worker == "gone":
+            store.unregister_worker(worker)
+        else:
+            time.sleep(0.5)  # past its registration (3 beats of 0.1 s)
+            store.reap()
+        assert running_under_quota(store, "linkedin") == 0
 
 
 def test_a_reshard_keeps_a_queue_quotas_bucket_and_its_jobs_keep_to_it_on_the_new_shards(

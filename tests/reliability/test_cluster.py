@@ -147,6 +147,37 @@ def test_every_store_operation_runs_on_a_cluster(shards, cluster):
     store.client.close()
 
 
+def test_a_queues_shared_limit_holds_across_a_clusters_16_shards(cluster):
+    """A queue spans the shards, which live on three primaries: its rate and its concurrency
+    hold as one, each granted at the store's home (store/shards/quota.py)."""
+    from celery_fairqueue.limits import AccountLimit
+
+    store = open_store(FairqueueSettings(redis_url=cluster.url, shards=SHARDS))
+    store.set_queue_limit("linkedin", AccountLimit(rate="1/h", burst=7))
+    store.set_queue_limit("email", AccountLimit(concurrency=3))
+    for n in range(40):
+        put(store, f"a{n % 20}", n, queue="linkedin")
+        put(store, f"a{n % 20}", 100 + n, queue="email")
+    assert len({account_shard(f"a{n}", SHARDS) for n in range(20)}) > 8
+
+    def claim(queue: str) -> list:
+        held = []
+        for _ in range(20):  # as a worker: again at once while the store says so
+            got = store.claim([queue], 4, "w1", AccountLimit().pack(0))
+            held += got.leases
+            if not got.leases and got.next_due != 0:
+                return held
+        return held
+
+    rated = claim("linkedin")
+    assert len(rated) == 7
+    capped = claim("email")
+    assert len(capped) == 3
+    capped[0].ack()
+    assert len(claim("email")) == 1
+    store.client.close()
+
+
 def errorstats(server) -> dict[str, int]:
     """How often a node replied each error code (INFO errorstats)."""
     with server.client(decode_responses=True) as client:

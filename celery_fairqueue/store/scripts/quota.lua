@@ -36,11 +36,10 @@ for i = 1, queue_count() do
     out[#out + 1], out[#out + 2] = -1, '-1'
   else
     local rate, burst, cap = split_limit(packed)
-    local holder = qk.name .. ' ' .. token
-    local counts = redis.call('HMGET', K_QUOTAS, qk.name, holder)
-    local total = tonumber(counts[1] or '0') - tonumber(counts[2] or '0') + held
-    local grant = want
-    if cap > 0 then
+    local grant, holder, total = want, qk.name .. ' ' .. token, 0
+    if cap > 0 then  -- counted only under a concurrency (a rate alone: 3 commands a call)
+      local counts = redis.call('HMGET', K_QUOTAS, qk.name, holder)
+      total = tonumber(counts[1] or '0') - tonumber(counts[2] or '0') + held
       grant = math.max(0, math.min(grant, cap - total - hget_number(qk.running, '*')))
     end
     local wake = '-1'
@@ -58,7 +57,9 @@ for i = 1, queue_count() do
       end
       redis.call('HSET', K_BUCKETS, field, string.format('%.17g %.17g', level, now))
     end
-    redis.call('HSET', K_QUOTAS, qk.name, total + grant, holder, held + grant)
+    if cap > 0 then
+      redis.call('HSET', K_QUOTAS, qk.name, total + grant, holder, held + grant)
+    end
     out[#out + 1], out[#out + 2] = grant, wake
   end
 end
