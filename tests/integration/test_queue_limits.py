@@ -200,6 +200,20 @@ def test_a_sharded_stores_queue_quota_is_kept_at_its_home_and_copied_to_every_sh
     assert not any(shard.queue_limit("linkedin") for shard in sharded.shards)
 
 
+def test_a_worker_whose_every_queue_waits_for_a_grant_comes_back_for_the_token_not_at_once(
+        make_store):
+    """A shard's due time (a delayed job, due now) is the grant's to wait for too: asked at
+    once, the claim would find the grant still dry, again and again (a busy loop)."""
+    store = make_store(shards=16, lease_seconds=30.0)
+    store.set_queue_limit("linkedin", AccountLimit(rate="1/h", burst=1))
+    fill(store, "a", 2)
+    put(store, "b", 1, queue="linkedin", due=time.time() + 0.3)
+    assert len(claim_all(store)) == 1  # the one token
+    time.sleep(0.4)  # the delayed job's shard is due
+    got = store.claim(["linkedin"], 4, TOKEN, NO_LIMIT)
+    assert not got.leases and got.next_due is not None and got.next_due > 3000, got.next_due
+
+
 def test_a_sharded_quotas_running_count_forgets_a_dead_worker_and_one_that_left(make_store):
     """The home counts each worker's running jobs as it reports them (quota.py): a worker
     that stops beating, or leaves, runs none any more, and its count goes with its
