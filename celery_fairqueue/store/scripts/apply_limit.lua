@@ -9,7 +9,7 @@
 --       known queue of the shard (K_QUEUES), so a reshard moves the limit with the account.
 -- Returns the number of queues where the account was deferred; for an account a reshard is
 -- moving, {'f' or 'm', the shard it moves to}, and nothing changed (account_in_move).
--- include: keys rotation leases shards
+-- include: keys limits rotation leases shards
 local account = ARGV[1]
 local moving, to = account_in_move(account)
 if moving then
@@ -19,14 +19,7 @@ local woken, field = 0, ARGV[4]
 if ARGV[5] ~= '' then
   redis.call('SADD', K_QUEUES, ARGV[5])
 end
-if ARGV[2] == '' then
-  redis.call('HDEL', K_LIMITS, field)
-  redis.call('HDEL', K_LIMITCONFIG, field)
-else
-  redis.call('HSET', K_LIMITS, field, ARGV[2])
-  redis.call('HSET', K_LIMITCONFIG, field, ARGV[3])
-end
-redis.call('HDEL', K_BUCKETS, field)
+write_limit(field, ARGV[2], ARGV[3])
 recount_running(account, queue_positions())
 for i = 1, queue_count() do
   local qk = queue_keys(i)

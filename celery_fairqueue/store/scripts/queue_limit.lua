@@ -14,14 +14,7 @@
 -- include: keys limits leases
 local field = ARGV[1]
 redis.call('SADD', K_QUEUES, ARGV[4])
-if ARGV[2] == '' then
-  redis.call('HDEL', K_LIMITS, field)
-  redis.call('HDEL', K_LIMITCONFIG, field)
-else
-  redis.call('HSET', K_LIMITS, field, ARGV[2])
-  redis.call('HSET', K_LIMITCONFIG, field, ARGV[3])
-end
-redis.call('HDEL', K_BUCKETS, field)
+write_limit(field, ARGV[2], ARGV[3])
 if ARGV[5] ~= '1' then
   recount_running(nil, queue_positions())
 elseif ARGV[2] == '' and field == queue_limit_field(ARGV[4]) then

@@ -58,6 +58,19 @@ local function quota_full(qk)
   return quota.running >= quota.cap
 end
 
+-- A limit stored in ``field`` (packed for the claim, and as configured for the readers), or
+-- dropped (``packed`` ''); its bucket starts full either way (apply_limit.lua, queue_limit.lua).
+local function write_limit(field, packed, config)
+  if packed == '' then
+    redis.call('HDEL', K_LIMITS, field)
+    redis.call('HDEL', K_LIMITCONFIG, field)
+  else
+    redis.call('HSET', K_LIMITS, field, packed)
+    redis.call('HSET', K_LIMITCONFIG, field, config)
+  end
+  redis.call('HDEL', K_BUCKETS, field)
+end
+
 -- The window's answer at ``now``: nil while it is open, else when it opens next.
 local function window_wake(windows, now)
   if windows == '-' then return nil end
