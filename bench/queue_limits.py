@@ -149,10 +149,8 @@ def report_concurrency(server, quick: bool) -> bool:
     stop = threading.Event()
 
     def sample() -> None:  # the claim's count on one shard, the workers' at a sharded home
-        running = store.keys.queue("linkedin").running
         while not stop.is_set():
-            sampled.append(store.quotas.readings(["linkedin"])["linkedin"][1] if store.sharded
-                           else int(store.client.hget(running, "*") or 0))
+            sampled.append(store.quota_readings(["linkedin"])["linkedin"][1])
             time.sleep(0.005)
 
     sampler = threading.Thread(target=sample)

@@ -272,9 +272,7 @@ def shards(request, fair):
 def running_under_quota(store, queue: str) -> int:
     """The queue's jobs running under its shared limit, as the store counts them: the claim's
     count on one shard, the workers' reports at the home of a sharded one."""
-    if store.sharded:
-        return store.quotas.readings([queue])[queue][1]
-    return int(store.client.hget(store.keys.queue(queue).running, "*") or 0)
+    return store.quota_readings([queue])[queue][1]
 
 
 @pytest.mark.slow

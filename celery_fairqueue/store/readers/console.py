@@ -86,7 +86,7 @@ class QueueQuota:
         return self.next_token is not None or bool(cap and self.running >= cap)
 
     @classmethod
-    def read(cls, raw_limit: str | None, raw_bucket: str | None, raw_running: str | None,
+    def read(cls, raw_limit: str | None, raw_bucket: str | None, running: int,
              now: float) -> QueueQuota | None:
         if not raw_limit:
             return None
@@ -94,7 +94,7 @@ class QueueQuota:
         rate, burst = limit.per_second, limit.burst or 1.0
         tokens = Bucket.parse(raw_bucket).tokens_at(now, rate, burst) if raw_bucket else burst
         next_token = now + (1 - tokens) / rate if rate and tokens < 1 else None
-        return cls(limit, int(raw_running or 0), next_token)
+        return cls(limit, running, next_token)
 
 
 @dataclass(frozen=True)
@@ -308,14 +308,10 @@ class ConsoleReader:
             pipe.zrangebylex(qk.ready, *ReadyMember.range_of(account), 0, OLDEST_SCAN)
             pipe.zrange(qk.delayed, 0, 0, withscores=True)
             pipe.hget(keys.limit_config, queue_limit_field(queue))  # its shared limit
-            pipe.hget(keys.buckets, queue_limit_field(queue))
-            pipe.hget(qk.running, "*")
             pipe.hmget(keys.limit_config, in_queue_field(queue, account),
                        in_queue_field(queue, None))
         own_limit, stored_default, pauses, *replies = pipe.execute()
-        quotas = getattr(self.store, "quotas", None)  # a sharded store's, at its home
-        at_home = quotas.readings([q for n, q in enumerate(names) if replies[11 * n + 7]]
-                                  ) if quotas and self.store.sharded else {}
+        quotas = self.store.quota_readings([q for n, q in enumerate(names) if replies[9 * n + 7]])
         running_of = store.running()
         own = AccountLimit.from_json(own_limit) if own_limit else None
         # the store's default (what the claim applies); this process's setting until one is set
@@ -326,8 +322,8 @@ class ConsoleReader:
         states = []
         for n, queue in enumerate(names):
             (nready, state, limit_wake, deferral, ndelayed, heads, first_delayed, quota_limit,
-             quota_bucket, quota_running, here) = replies[11 * n: 11 * n + 11]
-            quota_bucket, quota_running = at_home.get(queue, (quota_bucket, quota_running))
+             here) = replies[9 * n: 9 * n + 9]
+            quota_bucket, quota_running = quotas.get(queue, (None, 0))
             running = running_of.get((queue, normalize_id(account)), 0)
             fields = [pause_field(None, queue), pause_field(account, queue),
                       pause_field(account, None)]

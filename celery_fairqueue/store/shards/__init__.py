@@ -11,7 +11,9 @@ outside it branches on whether the store is sharded.
   store's recorded number of shards and a reshard's move (``layout.py``: this process's
   reading of it).
 - ``placement.py``: an account's shard (jump consistent hash).
-- ``chooser.py``: which shard a worker claims from next (by each shard's runnable weight).
+- ``chooser.py``: which shard a worker claims from next (by each shard's runnable weight);
+  ``sharded_claim.py``: one claim across the shards, in the chooser's order.
+- ``quota.py``: a queue's shared limit, granted at the home to each claim.
 - ``reshard.py`` and ``account_move.py``: ``fairqueue reshard --to N``, one account at a time;
   ``fleet_wait.py``: it moves none before every process has read the move.
 

@@ -11,7 +11,7 @@ from ...protocol import NO_JOB_KEY
 from ...settings import FairqueueSettings
 from ..connection.connect import AnyClient
 from ..connection.translate import operation
-from ..formats.keys import Keys, encode_id
+from ..formats.keys import Keys, encode_id, queue_limit_field
 from ..formats.records import JobRecord, SlowDownHold
 from ..writers.fleet import Fleet
 from ..writers.jobs import Claim, EnqueueOutcomeOrError, EnqueueResult, Jobs, slow_down_args
@@ -151,6 +151,17 @@ class FairStore(Jobs, Fleet, Operator, SlowDowns):
         """A queue's doorbell rang (worker/doorbell.py); a sharded store notes which shard's."""
 
     # what a queue holds now, across the roles (the metrics and the console read it)
+
+    def quota_readings(self, queues: Sequence[str]) -> dict[str, tuple[str | None, int]]:
+        """Each queue's shared bucket (raw) and its jobs running under its shared limit, as
+        the claim keeps them in a store of one shard (a sharded one's home: quota.py)."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.hget(self.keys.buckets, queue_limit_field(queue))
+            pipe.hget(self.keys.queue(queue).running, "*")
+        replies = pipe.execute()
+        return {queue: (replies[2 * n], int(replies[2 * n + 1] or 0))
+                for n, queue in enumerate(queues)}
 
     def counts(self, queue: str) -> dict[str, int]:
         """Ready, delayed and running job counts of one queue, its accounts deferred by their
