@@ -3,6 +3,7 @@ claim with each account's own, on a real redis-server and real ``celery worker``
 
 import itertools
 import json
+import threading
 import time
 
 import pytest
@@ -214,6 +215,23 @@ def test_a_worker_whose_every_queue_waits_for_a_grant_comes_back_for_the_token_n
     assert not got.leases and got.next_due is not None and got.next_due > 3000, got.next_due
 
 
+def test_a_home_that_cannot_grant_stops_only_the_limited_queue_with_a_warning(make_store,
+                                                                              caplog):
+    """An error reply at the home (here WRONGTYPE: its counts key is a string) is a warning;
+    the queue with a shared limit waits a second, the other queue's jobs are claimed."""
+    store = make_store(shards=16, lease_seconds=30.0)
+    store.set_queue_limit("linkedin", AccountLimit(concurrency=2))
+    fill(store, "a", 3)
+    fill(store, "a", 3, queue="email")
+    store.client.set(store.keys.quotas, "not a hash")
+    with caplog.at_level("WARNING"):
+        held = claim_held(store, ["linkedin", "email"], 8)
+    assert sorted(lease.queue for lease in held) == ["email"] * 3
+    assert "could not grant jobs of the queues' shared limits" in caplog.text
+    store.client.delete(store.keys.quotas)
+    assert [lease.queue for lease in claim_held(store, ["linkedin"], 8)] == ["linkedin"] * 2
+
+
 def test_a_sharded_quotas_running_count_forgets_a_dead_worker_and_one_that_left(make_store):
     """The home counts each worker's running jobs as it reports them (quota.py): a worker
     that stops beating, or leaves, runs none any more, and its count goes with its
@@ -281,21 +299,32 @@ def test_a_queue_quota_of_concurrency_4_on_16_threads_never_runs_more_than_4_of_
     """Real workers: sampled from the tasks themselves (the ledger's start and end times) and
     from the store; the other queue keeps the free threads."""
     celery_fairqueue.set_queue_limit(fair.app, "linkedin", concurrency=4)
-    for n in range(40):
-        fair.job.apply_async(args=(f"acct{n % 8}", n, 0.1), queue="linkedin")
-    for n in range(1000, 1120):
-        fair.job.apply_async(args=(f"acct{n % 8}", n, 0.1), queue="email")
     store = celery_fairqueue.store_for(fair.app)
     env = {"FQ_SHARDS": str(shards)}
-    for _ in range(2):
+    for _ in range(2):  # both ready before the jobs come: the 16 threads are there for them
         celery_worker_factory("tests.apps.fair", queues=["linkedin", "email"], concurrency=8,
                               env=env)
-    sampled = []
-    deadline = time.monotonic() + 60
-    while redis_client.llen("runs") < 160 and time.monotonic() < deadline:
-        sampled.append(running_under_quota(store, "linkedin"))
-        time.sleep(0.01)
+    sampled: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            sampled.append(running_under_quota(store, "linkedin"))
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        for n in range(40):
+            fair.job.apply_async(args=(f"acct{n % 8}", n, 0.1), queue="linkedin")
+        for n in range(1000, 1120):
+            fair.job.apply_async(args=(f"acct{n % 8}", n, 0.1), queue="email")
+        wait_until(lambda: redis_client.llen("runs") >= 160, timeout=60)
+    finally:
+        done.set()
+        sampler.join()
     assert redis_client.llen("runs") == 160, redis_client.llen("runs")
+    assert sampled
     runs = [json.loads(r) for r in redis_client.lrange("runs", 0, -1)]
     linkedin = [(r["start"], r["end"]) for r in runs if int(r["key"].split(":")[1]) < 1000]
     edges = sorted([(s, 1) for s, _ in linkedin] + [(e, -1) for _, e in linkedin])
