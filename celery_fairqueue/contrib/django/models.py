@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
 
@@ -164,48 +162,7 @@ class Attempt(models.Model):
         return f"attempt {self.number} of job {self.job_id}: {self.outcome}"
 
 
-class MirroredLimit(models.Model):
-    """What a limit's row does as AccountLimit and QueueLimit share it: checked as the store
-    checks it (its name too, where it becomes a key), written to the store once the
-    transaction commits, and dropped from it with the row."""
-
-    class Meta:
-        abstract = True
-
-    def as_limit(self) -> Limit:
-        raise NotImplementedError
-
-    def check_name(self) -> None:
-        """Raise InvalidLimitError when the row's name cannot be a key (none to check here)."""
-
-    def push(self) -> None:
-        """Write this limit to the fair store."""
-        raise NotImplementedError
-
-    def dropper(self) -> Callable[[], None]:
-        """What drops this limit from the fair store, made before the row goes."""
-        raise NotImplementedError
-
-    def clean(self) -> None:
-        try:
-            self.check_name()
-            self.as_limit()
-        except InvalidLimitError as exc:
-            raise ValidationError(str(exc)) from None
-
-    def save(self, *args, **kwargs) -> None:
-        self.full_clean()
-        super().save(*args, **kwargs)
-        transaction.on_commit(self.push)
-
-    def delete(self, *args, **kwargs):
-        drop = self.dropper()
-        result = super().delete(*args, **kwargs)
-        transaction.on_commit(drop)
-        return result
-
-
-class AccountLimit(MirroredLimit):
+class AccountLimit(models.Model):
     """An account's limit, as the admin shows and edits it.
 
     The fair store (Redis) owns limits: workers read them there, and ``set_account_limit`` from
@@ -236,11 +193,25 @@ class AccountLimit(MirroredLimit):
         return Limit(rate=self.rate or None, burst=self.burst, concurrency=self.concurrency,
                      window=self.window or None, tz=self.tz or None, weight=self.weight)
 
-    def dropper(self) -> Callable[[], None]:
+    def clean(self) -> None:
+        try:
+            self.as_limit()
+        except InvalidLimitError as exc:
+            raise ValidationError(str(exc)) from None
+
+    def save(self, *args, **kwargs) -> None:
+        self.full_clean()
+        super().save(*args, **kwargs)
+        transaction.on_commit(self.push)
+
+    def delete(self, *args, **kwargs):
         account = self.account
-        return lambda: _celery_app_clear(account)
+        result = super().delete(*args, **kwargs)
+        transaction.on_commit(lambda: _celery_app_clear(account))
+        return result
 
     def push(self) -> None:
+        """Write this limit to the fair store."""
         from ... import set_account_limit
         from .conf import celery_app
 
@@ -273,7 +244,7 @@ class AccountLimit(MirroredLimit):
         return len(held)
 
 
-class QueueLimit(MirroredLimit):
+class QueueLimit(models.Model):
     """A queue's shared limit (all its accounts together), as the admin shows and edits it;
     mirrored from the fair store, which owns it, as AccountLimit is (``set_queue_limit``)."""
 
@@ -292,14 +263,26 @@ class QueueLimit(MirroredLimit):
     def as_limit(self) -> Limit:
         return Limit(rate=self.rate or None, burst=self.burst, concurrency=self.concurrency)
 
-    def check_name(self) -> None:
-        check_queue_name(self.queue)
+    def clean(self) -> None:
+        try:
+            check_queue_name(self.queue)
+            self.as_limit()
+        except InvalidLimitError as exc:
+            raise ValidationError(str(exc)) from None
 
-    def dropper(self) -> Callable[[], None]:
+    def save(self, *args, **kwargs) -> None:
+        self.full_clean()
+        super().save(*args, **kwargs)
+        transaction.on_commit(self.push)
+
+    def delete(self, *args, **kwargs):
         queue = self.queue
-        return lambda: _clear_queue_limit(queue)
+        result = super().delete(*args, **kwargs)
+        transaction.on_commit(lambda: _clear_queue_limit(queue))
+        return result
 
     def push(self) -> None:
+        """Write this limit to the fair store."""
         from ... import set_queue_limit
         from .conf import celery_app
 
