@@ -215,6 +215,28 @@ def test_a_worker_whose_every_queue_waits_for_a_grant_comes_back_for_the_token_n
     assert not got.leases and got.next_due is not None and got.next_due > 3000, got.next_due
 
 
+def test_a_worker_of_two_queues_asks_one_shard_a_claim_while_the_others_quota_binds(
+        make_store, monkeypatch):
+    """The shards whose only work waits for a grant the worker does not hold are not asked
+    for the other queue's jobs (13 shard claims a claim at 16 shards before, chooser.py)."""
+    store = make_store(shards=16, lease_seconds=30.0)
+    store.set_queue_limit("linkedin", AccountLimit(rate="1/h", burst=1))
+    for n in range(32):
+        put(store, f"acct{n}", n, queue="linkedin")
+    fill(store, "mailer", 60, queue="email")
+    asked = []
+    claim_on_shard = FairStore.claim
+    monkeypatch.setattr(FairStore, "claim", lambda shard, *args, **kwargs: (
+        asked.append(shard.keys.tag), claim_on_shard(shard, *args, **kwargs))[1])
+    per_claim = []
+    for _ in range(20):
+        asked.clear()
+        for lease in store.claim(["linkedin", "email"], 2, TOKEN, NO_LIMIT).leases:
+            lease.ack()
+        per_claim.append(len(asked))
+    assert max(per_claim[4:]) <= 2, per_claim  # past the first claims, which learn the shards
+
+
 def test_a_home_that_cannot_grant_stops_only_the_limited_queue_with_a_warning(make_store,
                                                                               caplog):
     """An error reply at the home (here WRONGTYPE: its counts key is a string) is a warning;

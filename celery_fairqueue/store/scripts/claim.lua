@@ -41,8 +41,9 @@
 -- the list of acked job ids whose lease was lost, the runnable weight of the queues claimed from
 -- (in a sharded store, else 0: see join_rotation), per queue claimed from how many jobs of its
 -- grant the claim leased (-1: the queue has a shared limit and the worker brought no grant,
--- so it takes one and asks again at once; a store of one shard: none listed), then per job:
--- queue index, job_id, envelope,
+-- so it takes one and asks again at once) and the weight of the queue if it waits for its next
+-- grant (0: it does not; a store of one shard lists neither), then per job: queue index,
+-- job_id, envelope,
 -- deliveries, account, business key as stored, and its idempotency marker as it was before
 -- this claim wrote the started one ('' when none). A job whose Celery ``expires`` has passed
 -- is dropped from the store when it comes up, before any limit is asked (it takes no slot and
@@ -296,9 +297,7 @@ local function claim_from(qk, account, tag, joined_weight)
     return nil
   end
 
-  if qk.quota and qk.quota.grant then
-    qk.quota.used = qk.quota.used + 1
-  end
+  if qk.quota and qk.quota.grant then qk.quota.used = qk.quota.used + 1 end  -- of its grant
   local capped = cap > 0 and running + 1 >= cap
   local held = more and (next_token or capped)
   take_head(qk, account, head, more, next_tag(tag, limit.weight), held, limit.weight)
@@ -341,7 +340,7 @@ local function claim_from(qk, account, tag, joined_weight)
   return job_id, job.envelope, job.deliveries, job.job_key, marker
 end
 
-local out, claimed, skips, live, empty = {-1, lost, 0, {}}, 0, 0, nq, {}
+local out, claimed, skips, live, empty = {-1, lost, 0, {}, {}}, 0, 0, nq, {}
 for i = 1, nq do
   promote(queue_at(i))
   queues[i].weight_change, queues[i].finished = 0, {}
@@ -378,7 +377,7 @@ while claimed < want and live > 0 and skips <= max_skips do
         redis.call('ZADD', qk.tags, tag, popped[1])  -- back, at the tag it had
         qk.weight_change = qk.weight_change + joined_weight
         wait_for_quota(qk, envelope)
-        empty[i], qk.waits = true, true  -- nothing more of it, no ring; its accounts can run
+        empty[i], qk.waits = true, true  -- nothing more of it, no ring; its weight waits too
         live = live - 1
       elseif deliveries == 'expired' then
         skips = skips + 1  -- bounded like a skip; the worker records it, nothing runs
@@ -419,18 +418,19 @@ for n = 1, nq do
   end
   leave_tags(queues[n])
 end
--- what the queues claimed from can run now, by weight, for the worker's choice of a shard: a
--- queue waiting for its shared limit's next grant counts (its accounts keep their turns)
+-- what the queues claimed from can run now, by weight, for the worker's choice of a shard; a
+-- queue waiting for its shared limit's next grant apart (it runs when the worker has one)
 if SHARDED then
   local runnable = 0
   for n = 1, nq do
+    out[5][n] = 0
     -- an empty rotation's weight is none, whatever it says (join_rotation)
     if not empty[n] or queues[n].waits then
       local weight = redis.call('INCRBY', queues[n].weight, queues[n].weight_change)
       if weight <= 0 then  -- none kept yet (a store of one shard, moving)
         weight = weigh_rotation(queues[n])
       end
-      runnable = runnable + weight
+      if queues[n].waits then out[5][n] = weight else runnable = runnable + weight end
     end
   end
   out[3] = runnable

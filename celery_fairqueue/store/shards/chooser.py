@@ -16,12 +16,16 @@ asking every empty shard once a poll interval made each worker's cost grow with 
 and the fleet. A shard with
 work waits for its pass, however long ago it was asked: were it asked first once stale, they
 would take turns, not shares; its weight is brought up to date when its pass comes.
+
+A queue at its shared limit (quota.py) keeps its weight apart while it waits for the worker's
+next grant (``waiting``): it counts only in a claim that holds a grant of it (``eligible``), so
+a worker of two queues does not ask every shard of the waiting one for the other's jobs.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 #: How long a worker leaves out a shard whose claim failed (a failover under way, say).
 RETRY_FAILED_SECONDS = 1.0
@@ -32,6 +36,7 @@ class ShardChooser:
 
     def __init__(self, shards: int) -> None:
         self.weights: list[int | None] = [None] * shards  # None: unknown, ask it
+        self.waiting: list[dict[str, int]] = [{} for _ in range(shards)]  # queue -> weight
         self.passes = [0.0] * shards
         self.due = [math.inf] * shards  # monotonic time a shard's deferred work is due
         self.asked = [-math.inf] * shards  # monotonic time it was last asked
@@ -43,35 +48,47 @@ class ShardChooser:
             return True
         return weight <= 0 and self.due[n] <= now
 
+    def _weight(self, n: int, eligible: Collection[str]) -> int:
+        """Shard ``n``'s runnable weight for a claim holding grants of ``eligible``."""
+        waiting = sum(w for queue, w in self.waiting[n].items() if queue in eligible)
+        return (self.weights[n] or 0) + waiting
+
     def pick(self, now: float, tried: set[int], settling: Collection[int] = (),
-             batch: int = 1) -> int | None:
+             batch: int = 1, eligible: Collection[str] = ()) -> int | None:
         """The shard to claim from now, none of ``tried``; None when none has work. A shard
         this worker has acks for (``settling``) goes first while its pass is within one claim
         of ``batch`` jobs of the lowest: the acks ride on that claim instead of a call of
-        their own, and no shard gets ahead by more than one claim."""
+        their own, and no shard gets ahead by more than one claim. ``eligible``: the queues
+        waiting for a grant that this claim holds one of."""
         candidates = [n for n in range(len(self.weights)) if n not in tried]
         unknown = [n for n in candidates if self._unknown(n, now)]
         if unknown:
             return min(unknown, key=lambda n: (self.asked[n], n))
-        runnable = [n for n in candidates if (self.weights[n] or 0) > 0]
+        weight = {n: self._weight(n, eligible) for n in candidates}
+        runnable = [n for n in candidates if weight[n] > 0]
         if not runnable:
             return None
         lowest = min(self.passes[n] for n in runnable)
         riding = [n for n in runnable if n in settling
-                  and self.passes[n] - lowest <= batch / (self.weights[n] or 1)]
+                  and self.passes[n] - lowest <= batch / weight[n]]
         return min(riding or runnable, key=lambda n: (self.passes[n], n))
 
     def claimed(self, n: int, jobs: int, runnable: int, next_due: float | None,
-                now: float) -> None:
-        """A claim on shard ``n`` leased ``jobs`` and left it ``runnable`` by weight; its next
-        deferred account or delayed job is due in ``next_due`` seconds."""
-        before = self.weights[n] or 0
-        if before <= 0 < runnable or self.weights[n] is None:  # back to work: no banked turns
-            others = [self.passes[k] for k, w in enumerate(self.weights)
-                      if k != n and (w or 0) > 0]
+                now: float, waiting: Mapping[str, int] | None = None,
+                eligible: Collection[str] = ()) -> None:
+        """A claim on shard ``n`` leased ``jobs`` and left it ``runnable`` by weight, and
+        ``waiting`` by the weight of each queue that waits for a grant (``eligible``: those it
+        held one of); its next deferred account or delayed job is due in ``next_due``
+        seconds."""
+        unknown, before = self.weights[n] is None, self._weight(n, eligible)
+        self.waiting[n] = {queue: w for queue, w in (waiting or {}).items() if w > 0}
+        after = runnable + sum(w for q, w in self.waiting[n].items() if q in eligible)
+        if before <= 0 < after or unknown:  # back to work: no banked turns
+            others = [self.passes[k] for k in range(len(self.weights))
+                      if k != n and self._weight(k, eligible) > 0]
             if others:
                 self.passes[n] = max(self.passes[n], min(others))
-        self.passes[n] += jobs / max(runnable, before, 1)
+        self.passes[n] += jobs / max(after, before, 1)
         self.weights[n] = runnable
         self.asked[n] = now
         self.due[n] = now + next_due if next_due is not None else math.inf

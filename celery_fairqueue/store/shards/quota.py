@@ -53,6 +53,10 @@ class Grants:
     wait: float | None = None  # seconds until a short grant's queue has its next token
     learned: bool = False  # a shard named a queue with a shared limit this worker took none of
 
+    def eligible(self) -> set[str]:
+        """The limited queues this claim may still lease jobs of."""
+        return {queue for queue, left in self.left.items() if left > 0}
+
     def for_claim(self, queues: Sequence[str]) -> list[int | None]:
         """The ``grants`` argument of a shard's claim (Jobs.claim)."""
         return [self.left.get(queue) for queue in queues]

@@ -12,7 +12,7 @@ when no shard answered does the claim raise, as a claim of one store does.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from ...errors import FairqueueError
@@ -61,7 +61,10 @@ class ShardedClaim:
         tried: set[int] = set()
         while want > len(self.leases):
             now = time.monotonic()
-            n = chooser.pick(now, tried, settling=self.by_shard, batch=want - len(self.leases))
+            # before the grants: would any shard be asked, were every limited queue granted?
+            eligible = grants.eligible() if grants is not None else store.quotas.queues
+            n = chooser.pick(now, tried, settling=self.by_shard, batch=want - len(self.leases),
+                             eligible=eligible)
             if n is None:
                 break
             if grants is None:
@@ -71,8 +74,10 @@ class ShardedClaim:
                     if not want:
                         waits_for_grant = True
                         break
+                continue  # chosen again with the grants it got
             tried.add(n)
-            got = self._ask(n, want - len(self.leases), now, grants.for_claim(self.queues))
+            got = self._ask(n, want - len(self.leases), now, grants.for_claim(self.queues),
+                            grants.eligible())
             if got is not None:
                 grants.used(self.queues, got.granted)
                 self.granted.append(got.granted)
@@ -80,7 +85,7 @@ class ShardedClaim:
                 self.expired += got.expired
                 self.runnable += got.runnable
         for n in ticking:
-            self._ask(n, 0, time.monotonic(), [])
+            self._ask(n, 0, time.monotonic(), [], ())
         for n, settling in self.by_shard.items():  # acks of shards not claimed from
             try:
                 self.lost += store.shards[n].claim([], 0, self.token, "", acks=settling).lost
@@ -101,7 +106,8 @@ class ShardedClaim:
                      runnable=self.runnable, expired=self.expired, lost=self.lost,
                      unsettled=self.unsettled, failure=self.failure)
 
-    def _ask(self, n: int, wanted: int, now: float, grants: list[int | None]) -> Claim | None:
+    def _ask(self, n: int, wanted: int, now: float, grants: list[int | None],
+             eligible: Collection[str]) -> Claim | None:
         """Shard ``n``'s claim of ``wanted`` jobs (0: the keeper's tick), its acks riding; None
         when it failed (left out for a moment)."""
         riding = self.by_shard.pop(n, [])
@@ -115,6 +121,7 @@ class ShardedClaim:
             self.failure = self.failure or exc
             return None
         self.answered = True
-        self.store.chooser.claimed(n, len(got.leases), got.runnable, got.next_due, now)
+        self.store.chooser.claimed(n, len(got.leases), got.runnable, got.next_due, now,
+                                   dict(zip(self.queues, got.waiting, strict=False)), eligible)
         self.lost += got.lost
         return got

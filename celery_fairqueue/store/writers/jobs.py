@@ -99,6 +99,8 @@ class Claim:
     #: a sharded store's claim: per queue claimed from, the jobs of its grant leased (-1: the
     #: queue has a shared limit and no grant was brought; see shards/quota.py)
     granted: list[int] = field(default_factory=list)
+    #: per queue claimed from, its runnable weight when it waits for its next grant (else 0)
+    waiting: list[int] = field(default_factory=list)
     expired: list[Lease] = field(default_factory=list)  # dropped, past Celery's expires
     lost: list[str] = field(default_factory=list)  # acked jobs whose lease was lost
     #: a sharded store's claim that some shard failed: the acks it did not settle (the caller
@@ -278,8 +280,9 @@ class Jobs(StoreDoor):
         ])
         next_due = float(flat[0])
         claim = Claim([], next_due if next_due >= 0 else None, runnable=int(flat[2]),
-                      lost=list(flat[1]), granted=[int(used) for used in flat[3]])
-        for n in range(4, len(flat), 7):
+                      lost=list(flat[1]), granted=[int(used) for used in flat[3]],
+                      waiting=[int(weight) for weight in flat[4]])
+        for n in range(5, len(flat), 7):
             index = int(flat[n])  # negated for an expired job the claim dropped
             lease = Lease(self, token, queue=names[abs(index) - 1], job_id=flat[n + 1],
                           envelope=flat[n + 2], deliveries=int(flat[n + 3]),
