@@ -29,11 +29,27 @@ def blocked(redis_client) -> int:
     return sum(1 for c in redis_client.client_list() if c.get("cmd") == "bzpopmin")
 
 
+def quiet(redis_client, seconds: float = 1.0, timeout: float = 20.0) -> bool:
+    """Until no claim has popped a rotation for ``seconds`` (False: not within ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    last, since = calls(redis_client, "zpopmin"), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = calls(redis_client, "zpopmin")
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= seconds:
+            return True
+    return False
+
+
 def idle_fleet(celery_worker_factory, redis_client, count: int, env=None) -> list:
     fleet = [celery_worker_factory(APP, concurrency=1, env={**NO_POLL, **(env or {})})
              for _ in range(count)]
     assert wait_until(lambda: blocked(redis_client) >= count, timeout=20)
-    time.sleep(0.5)  # first claims and the keeper's first heartbeat are over
+    # every worker's first claims are over (on a loaded machine a worker may block on its
+    # doorbell before its first claim comes), and the keeper's first heartbeat with them
+    assert quiet(redis_client)
     return fleet
 
 
