@@ -55,7 +55,7 @@ for i = 1, queue_count() do
           call_keeper(qk, due)
         end
       end
-      redis.call('HSET', K_BUCKETS, field, string.format('%.17g %.17g', level, now))
+      redis.call('HSET', K_BUCKETS, field, bucket_text(level, now))
     end
     if cap > 0 then
       redis.call('HSET', K_QUOTAS, qk.name, total + grant, holder, held + grant)

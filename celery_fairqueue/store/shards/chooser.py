@@ -81,15 +81,15 @@ class ShardChooser:
         held one of); its next deferred account or delayed job is due in ``next_due``
         seconds."""
         unknown, before = self.weights[n] is None, self._weight(n, eligible)
+        self.weights[n] = runnable
         self.waiting[n] = {queue: w for queue, w in (waiting or {}).items() if w > 0}
-        after = runnable + sum(w for q, w in self.waiting[n].items() if q in eligible)
+        after = self._weight(n, eligible)
         if before <= 0 < after or unknown:  # back to work: no banked turns
             others = [self.passes[k] for k in range(len(self.weights))
                       if k != n and self._weight(k, eligible) > 0]
             if others:
                 self.passes[n] = max(self.passes[n], min(others))
         self.passes[n] += jobs / max(after, before, 1)
-        self.weights[n] = runnable
         self.asked[n] = now
         self.due[n] = now + next_due if next_due is not None else math.inf
 

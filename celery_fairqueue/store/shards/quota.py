@@ -35,7 +35,6 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from ...errors import FairqueueError
-from ..formats.keys import encode_id, queue_limit_field
 from ..writers.leases import Lease
 from .shard import FairStore
 
@@ -51,7 +50,8 @@ class Grants:
 
     left: dict[str, int] = field(default_factory=dict)
     wait: float | None = None  # seconds until a short grant's queue has its next token
-    learned: bool = False  # a shard named a queue with a shared limit this worker took none of
+    #: queues a shard named as having a shared limit, which this worker took no grant of
+    learned: set[str] = field(default_factory=set)
 
     def eligible(self) -> set[str]:
         """The limited queues this claim may still lease jobs of."""
@@ -65,7 +65,7 @@ class Grants:
         """A shard's claim leased ``granted`` (Claim.granted) of its queues' grants."""
         for queue, used in zip(queues, granted, strict=False):  # none: a store of one shard
             if used < 0:
-                self.learned = True
+                self.learned.add(queue)
             elif queue in self.left:
                 self.left[queue] -= used
 
@@ -120,16 +120,13 @@ class SharedQuotas:
                             and queue in self.queues})
         return grants
 
-    def settle(self, grants: Grants, queues: Sequence[str], leases: Sequence[Lease],
-               granted_by_shard: Collection[Sequence[int]], token: str,
+    def settle(self, grants: Grants, leases: Sequence[Lease], token: str,
                keeps_time: bool) -> None:
         """After the claim: its leases are running, the queues a shard named as limited are
         known, and what the grants left unused goes back to the home (one call, only then)."""
         for lease in leases:
             self._running[lease.job_id] = lease
-        for granted in granted_by_shard:
-            self.queues.update(
-                queue for queue, used in zip(queues, granted, strict=False) if used < 0)
+        self.queues |= grants.learned
         back = {queue: left for queue, left in grants.left.items() if left > 0}
         if not back:
             return
@@ -147,19 +144,6 @@ class SharedQuotas:
         held = set(job_ids)
         self._running = {job_id: lease for job_id, lease in self._running.items()
                          if job_id in held}
-
-    def readings(self, queues: Sequence[str]) -> dict[str, tuple[str | None, int]]:
-        """Each queue's shared bucket as the home keeps it (raw) and its jobs running under
-        its shared limit: what the console tells of a queue at its quota."""
-        home = self.home
-        pipe = home.client.pipeline(transaction=False)
-        for queue in queues:
-            pipe.hget(home.keys.buckets, queue_limit_field(queue))
-            pipe.hget(home.keys.quotas, encode_id(queue))
-            pipe.hget(home.keys.queue(queue).running, "*")  # leased before a reshard
-        replies = pipe.execute()
-        return {queue: (replies[3 * n], int(replies[3 * n + 1] or 0) + int(
-            replies[3 * n + 2] or 0)) for n, queue in enumerate(queues)}
 
     def _held(self) -> Counter[str]:
         """This worker's running jobs of each queue: the leases whose run has not ended

@@ -154,14 +154,16 @@ class FairStore(Jobs, Fleet, Operator, SlowDowns):
 
     def quota_readings(self, queues: Sequence[str]) -> dict[str, tuple[str | None, int]]:
         """Each queue's shared bucket (raw) and its jobs running under its shared limit, as
-        the claim keeps them in a store of one shard (a sharded one's home: quota.py)."""
+        this store keeps them: the claim's count of a store of one shard, and at a sharded
+        store's home (which a ShardedStore is) the workers' reports too (quota.py)."""
         pipe = self.client.pipeline(transaction=False)
         for queue in queues:
             pipe.hget(self.keys.buckets, queue_limit_field(queue))
             pipe.hget(self.keys.queue(queue).running, "*")
+            pipe.hget(self.keys.quotas, encode_id(queue))
         replies = pipe.execute()
-        return {queue: (replies[2 * n], int(replies[2 * n + 1] or 0))
-                for n, queue in enumerate(queues)}
+        return {queue: (replies[3 * n], int(replies[3 * n + 1] or 0) + int(
+            replies[3 * n + 2] or 0)) for n, queue in enumerate(queues)}
 
     def counts(self, queue: str) -> dict[str, int]:
         """Ready, delayed and running job counts of one queue, its accounts deferred by their

@@ -397,6 +397,3 @@ class ShardedStore(FairStore):
 
     def clear(self) -> int:
         return sum(FairStore.clear(shard) for shard in self.shards)
-
-    def quota_readings(self, queues: Sequence[str]) -> dict[str, tuple[str | None, int]]:
-        return self.quotas.readings(queues)

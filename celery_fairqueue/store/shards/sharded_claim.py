@@ -46,7 +46,6 @@ class ShardedClaim:
         self.expired: list[Lease] = []
         self.lost: list[str] = []
         self.unsettled: list[Lease] = []
-        self.granted: list[list[int]] = []
         self.failure: FairqueueError | None = None
         self.answered = False
         self.runnable = 0
@@ -80,7 +79,6 @@ class ShardedClaim:
                             grants.eligible())
             if got is not None:
                 grants.used(self.queues, got.granted)
-                self.granted.append(got.granted)
                 self.leases += got.leases
                 self.expired += got.expired
                 self.runnable += got.runnable
@@ -95,8 +93,7 @@ class ShardedClaim:
                 self.failure = self.failure or exc
         if grants is None:  # no shard asked: its running jobs of a queue said, if they changed
             grants = store.quotas.take(self.queues, 0, self.token, self.keeps_time)
-        store.quotas.settle(grants, self.queues, self.leases, self.granted, self.token,
-                            self.keeps_time)
+        store.quotas.settle(grants, self.leases, self.token, self.keeps_time)
         if self.failure is not None and not self.answered:
             raise self.failure
         # the shards' due times wait for the grant too: a due shard is asked at its next claim

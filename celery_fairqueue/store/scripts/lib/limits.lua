@@ -122,6 +122,11 @@ local function bucket_level(stored, rate, burst, now)
   return math.min(burst, tonumber(tokens) + math.max(0, now - tonumber(updated)) * rate)
 end
 
+-- A bucket as stored: ``tokens`` at ``now`` (records.Bucket; read back by bucket_level).
+local function bucket_text(tokens, now)
+  return string.format('%.17g %.17g', tokens, now)
+end
+
 -- The buckets' refill, check and take at ``now`` (``buckets`` as binding_limits returns them):
 -- a token is taken from every one of them or from none. Returns nil when taken, else when
 -- every bucket will have a token again; when a token taken was the last of the account's own
@@ -153,7 +158,7 @@ local function take_token(buckets, now)
       end
     end
     writes[#writes + 1] = bucket[1]
-    writes[#writes + 1] = string.format('%.17g %.17g', tokens, now)
+    writes[#writes + 1] = bucket_text(tokens, now)
   end
   redis.call('HSET', K_BUCKETS, unpack(writes))
   return wake, next_token, shared_short
