@@ -196,6 +196,7 @@ def backlog_round(server, postgres: PostgresServer, options: argparse.Namespace
         cursor.execute("VACUUM ANALYZE")
     store = store_for(app.app)
     store.client.set(Keys(store.keys.prefix).shard_count, options.shards)  # as flushed
+    store.client.set(Keys(store.keys.prefix).layout_format, "2")
     reader = EventReader(store, "bench")
     reader.ensure_group()
     store.forget_recording()  # skip the 5 s "nobody records"

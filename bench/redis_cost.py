@@ -311,17 +311,17 @@ def report_script(server, quick: bool) -> None:
 
 #: What an enqueue script cannot do without: the commands of a keyed enqueue into an account
 #: with ready jobs, the event stream on (enqueue.lua's count), given every string but those
-#: made of Redis's clock. KEYS: records, stats, the queue's ready set, the event stream, the
-#: business key's string; ARGV: job id, account, the record's head and tail, the event's task
-#: name and arguments, queue, business key.
+#: made of Redis's clock. KEYS: records, stats, the account's FIFO in the queue, the event
+#: stream, the business key's string; ARGV: job id, account, the record's head and tail, the
+#: event's task name and arguments, queue, business key.
 FLOOR = """
 local t = redis.call('TIME')
 local seq = '0' .. t[1] .. string.format('%06d', t[2])
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[3] .. seq .. ARGV[4]) == 0 then return {0} end
 redis.call('SET', KEYS[5], ARGV[1], 'NX')
-redis.call('ZLEXCOUNT', KEYS[3], '[' .. ARGV[2] .. '|', '(' .. ARGV[2] .. '}')
+redis.call('ZCARD', KEYS[3])
 redis.call('HINCRBY', KEYS[2], 'enqueued', 1)
-redis.call('ZADD', KEYS[3], 0, ARGV[2] .. '|' .. seq .. '|' .. ARGV[1])
+redis.call('ZADD', KEYS[3], 0, seq .. '|' .. ARGV[1])
 redis.call('XADD', KEYS[4], 'NOMKSTREAM', 'MAXLEN', '~', 1000000, '*', 'e', 'enqueued',
            'job', ARGV[1], 'q', ARGV[7], 'a', ARGV[2], 'k', ARGV[8], 't', ARGV[5],
            'args', ARGV[6], 'at', seq, 'due', seq)
@@ -359,8 +359,9 @@ def report_floor(server, store, calls: int) -> None:
         if kind == "LPUSH":
             client.lpush("celery", args[-1])
         elif kind == "floor":
-            client.evalsha(floor_sha, 5, store.keys.records, store.keys.stats, queue.ready,
-                           store.keys.events, store.keys.job_key(task_id), f"{task_id}:0",
+            client.evalsha(floor_sha, 5, store.keys.records, store.keys.stats,
+                           queue.fifo(args[1]), store.keys.events, store.keys.job_key(task_id),
+                           f"{task_id}:0",
                            args[1], args[3], args[-1], args[7], args[8], args[2], args[5])
         else:
             enqueue(keys=shard._keys_for("enqueue", [queue]),

@@ -55,6 +55,8 @@ from .reports import (
 )
 from .settings import MAX_SHARDS, settings_for
 from .store import ConsoleReader, DeadLetters, StoreInspector, store_for
+from .store.shards.format_upgrade import FormatUpgrader, UpgradeError
+from .store.shards.format_upgrade import describe as describe_upgrade
 from .store.shards.reshard import Resharder, ReshardError, describe
 
 # -- the celery sub-command ------------------------------------------------------------------
@@ -314,6 +316,25 @@ def reshard(ctx: click.Context, to: int, settle: float | None, timeout: float | 
         raise CeleryCommandException(message=str(exc), exit_code=EX_FAILURE) from None
     for line in describe(report):
         ctx.obj.echo(line)
+
+
+@fairqueue.command(cls=StoreCommand)
+@click.option("--timeout", cls=CeleryOption, type=click.FloatRange(0), default=None,
+              help_group="Upgrade Options",
+              help="Most seconds to wait for every worker and producer to read each step "
+                   "(default: twice fairqueue_shards_check_interval and 5 s).")
+@click.pass_context
+def upgrade(ctx: click.Context, timeout: float | None, **kwargs: Any) -> None:
+    """Convert a store written by a an earlier celery-fairqueue to this version's layout, in
+    short steps, while workers and producers of this version run; once no process of an earlier
+    version reads it. Safe to interrupt: run it again to finish (docs/deployment.md,
+    "Upgrading the layout to format 2")."""
+    try:
+        report = FormatUpgrader(settings_for(_app(ctx)), timeout=timeout,
+                                say=ctx.obj.echo).run()
+    except UpgradeError as exc:
+        raise CeleryCommandException(message=str(exc), exit_code=EX_FAILURE) from None
+    ctx.obj.echo(describe_upgrade(report))
 
 
 @fairqueue.group()

@@ -35,6 +35,7 @@ def fresh() -> FairStore:
     whether a recorder listens."""
     store = store_for(app)
     store.client.set(Keys(store.keys.prefix).shard_count, SHARDS)
+    store.client.set(Keys(store.keys.prefix).layout_format, "2")
     store.forget_recording()
     return store
 

@@ -30,5 +30,6 @@ def fresh() -> FairStore:
     """The app's store after the test's flush, laid out in SHARDS again (see tests.apps.sharded)."""
     store = store_for(app)
     store.client.set(Keys(store.keys.prefix).shard_count, SHARDS)
+    store.client.set(Keys(store.keys.prefix).layout_format, "2")
     store.forget_recording()
     return store

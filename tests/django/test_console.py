@@ -51,7 +51,7 @@ def store_snapshot(rel) -> dict:
     """What the actions could change in Redis: pauses, limits, each job's place."""
     store = store_for(rel.app)
     client, keys = store.client, store.keys
-    queues = {q: (client.zrange(keys.queue(q).delayed, 0, -1), client.zcard(keys.queue(q).ready))
+    queues = {q: (client.zrange(keys.queue(q).delayed, 0, -1), store.counts(q)["ready"])
               for q in store.known_queues()}
     return {"pauses": sorted(str(p) for p in store.pauses()),
             "limit": get_account_limit(rel.app, "acme"), "queues": queues}

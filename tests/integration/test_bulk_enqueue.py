@@ -17,6 +17,7 @@ import celery_fairqueue
 from celery_fairqueue import BacklogFullError, EnqueueOutcome, FairTask, StoreUnavailableError, bulk
 from celery_fairqueue.store import store_for
 from celery_fairqueue.store.formats.keys import encode_id
+from celery_fairqueue.store.formats.records import member_job_id
 
 
 @contextlib.contextmanager
@@ -65,10 +66,11 @@ def test_a_group_of_fair_tasks_is_stored_in_one_round_trip_per_shard(fair, fair_
 
 def test_a_groups_jobs_keep_their_order_within_each_account(fair, fair_store):
     group(fair.job.s("acme", n) for n in range(50)).apply_async()
-    ready = fair_store.client.zrange(fair_store.keys.queue("celery").ready, 0, -1)
-    order = [fair_store.records([member.split("|", 2)[2]])[0] for member in ready]
+    fifo = fair_store.keys.queue("celery").fifo(encode_id("acme"))
+    ready = fair_store.client.zrange(fifo, 0, -1)
+    order = [fair_store.records([member_job_id(member)])[0] for member in ready]
     assert [record.envelope.count('"n": ') >= 0 for record in order]
-    task_ids = [member.split("|", 2)[2].split(":")[0] for member in ready]
+    task_ids = [member_job_id(member).split(":")[0] for member in ready]
     assert len(task_ids) == 50
 
 
@@ -196,8 +198,7 @@ def test_a_sharded_group_makes_one_round_trip_per_shard(redis_client, unhurried)
     assert sent.count("EVALSHA") == 1 + len(shards_used) > 2  # the first job, then each shard
     for account in accounts:  # each job on its account's own shard
         shard = store.shard_for(account)
-        low, high = f"[{encode_id(account)}|", f"({encode_id(account)}}}"
-        assert shard.client.zrangebylex(shard.keys.queue("celery").ready, low, high)
+        assert shard.client.zcard(shard.keys.queue("celery").fifo(encode_id(account)))
 
 
 def test_a_bulk_enqueue_of_large_messages_sends_a_few_megabytes_a_round_trip(fair, fair_store,

@@ -8,6 +8,7 @@ import pytest
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.reasons import reason_text
 from celery_fairqueue.store import ConsoleReader, FairStore, StoreInspector, WorkerRegistration
+from celery_fairqueue.store.formats.keys import encode_id
 from celery_fairqueue.store.formats.records import JobRecord, ReadyMember
 from tests.harness import wait_until
 from tests.harness.store_tools import claim_jobs
@@ -400,21 +401,22 @@ def test_the_claim_records_why_it_deferred_an_account_and_clears_it_when_it_runs
     assert store.counts("default")["deferred_accounts"] == 1
 
 
-@pytest.mark.parametrize("page, patience", [(1000, 20), (2, 1000), (2, 1)])
-def test_the_heads_walk_finds_every_accounts_first_job(store, monkeypatch, page, patience):
-    """The walk of the ready set (pages of ``page`` members, jumping past each page's last
-    account) and the account-by-account reads it falls back to after ``patience`` thin
-    pages find the same heads, also of accounts whose ids begin with another's."""
-    from celery_fairqueue.store.readers import heads
+@pytest.mark.parametrize("page", [1000, 7, 1])
+def test_the_heads_read_finds_every_accounts_first_job(store, monkeypatch, page):
+    """The heads read (the state hash in HSCAN pages of ``page``, each page's FIFOs read the
+    round trip after) finds each account's first job once, also of accounts whose ids begin
+    with another's, and the ready count adds up every FIFO once: more accounts than a
+    listpack hash holds (128), so HSCAN returns the hash in pages."""
+    from celery_fairqueue.store.shards import fifos
 
-    monkeypatch.setattr(heads, "WALK_PAGE", page)
-    monkeypatch.setattr(heads, "WALK_PATIENCE", patience)
-    accounts = ["a", "a-", "a~b", "a|", "ab", "b", "b}"]
+    monkeypatch.setattr(fifos, "FIFO_PAGE", page)
+    accounts = ["a", "a-", "a~b", "a|", "ab", "b", "b}"] + [f"n{n}" for n in range(150)]
     for n, account in enumerate(accounts):
         for k in range(n % 3 + 1):
             put(store, account, k)
+    qk = store.keys.queue("default")
     expected = sorted(
-        (ReadyMember.parse(store.client.zrangebylex(
-            store.keys.queue("default").ready, *ReadyMember.range_of(account), 0, 1)[0]
-        ).ready_since, account) for account in accounts)
+        (ReadyMember.parse(store.client.zrange(qk.fifo(encode_id(account)), 0, 0)[0]
+                           ).ready_since, account) for account in accounts)
     assert sorted(ConsoleReader(store)._heads("default")) == expected
+    assert store.counts("default")["ready"] == sum(n % 3 + 1 for n in range(len(accounts)))

@@ -44,7 +44,7 @@ def test_a_keyed_job_costs_at_most_thirty_commands_enqueue_to_ack(store):
 
 def test_no_count_is_kept_per_job_for_the_console(store):
     """A job of an account without a cap touches no count hash on its way: the console reads
-    ready jobs off the ready set and running ones off the lease set."""
+    ready jobs off the accounts' FIFOs and running ones off the lease set."""
     for n in range(3):
         put(store, "acme", n)
     leases = claim_jobs(store, ["default"], 2, TOKEN, NO_LIMIT)

@@ -17,7 +17,8 @@ from celery_fairqueue.errors import EnqueueError
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.settings import FairqueueSettings
 from celery_fairqueue.store import open_store
-from celery_fairqueue.store.formats.keys import Keys
+from celery_fairqueue.store.formats.keys import Keys, encode_id
+from celery_fairqueue.store.formats.records import member_job_id
 from celery_fairqueue.store.shards.placement import account_shard
 from celery_fairqueue.store.shards.reshard import Resharder, ReshardError
 from tests.harness import REDIS_URL_ENV, wait_until
@@ -260,7 +261,7 @@ def test_a_marker_names_its_account_for_a_reshard(redis_server, redis_client):
     shard = store.shard_for("a b")
     shard.enqueue(queue="celery", account="a b", job_id="t1:0", envelope="{}", job_key="k1")
     raw = redis_client.get(shard.keys.job_key("k1"))
-    assert '"account":"a%20b"' in raw
+    assert raw == "p a%20b|t1:0"  # pending: short (records.Marker)
     shard.mark_started("k1", "t1:0")
     assert '"account":"a%20b"' in redis_client.get(shard.keys.job_key("k1"))
 
@@ -283,8 +284,8 @@ def test_a_job_promoted_on_its_old_shard_between_a_copy_and_a_rerun_waits_in_one
                   due=time.time() + 1.0)
     killed = reshard(redis_server.url, 16, kill="1:in", settle=0)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    ready, delayed = (Keys("fairqueue", new).queue("celery").ready,
-                      Keys("fairqueue", new).queue("celery").delayed)
+    qk = Keys("fairqueue", new).queue("celery")
+    ready, delayed = qk.fifo(encode_id(account)), qk.delayed
     assert redis_client.zrange(delayed, 0, -1) == ["j:0"]  # copied as it was: delayed
     time.sleep(1.1)
     # its old shard's claim promotes it to ready there (frozen: it does not run)
@@ -292,7 +293,7 @@ def test_a_job_promoted_on_its_old_shard_between_a_copy_and_a_rerun_waits_in_one
     assert reshard(redis_server.url, 16, settle=0).returncode == 0
     assert placed(redis_client, 16) == {"j:0": new}
     assert redis_client.zrange(delayed, 0, -1) == []
-    assert [member.rsplit("|", 1)[1] for member in redis_client.zrange(ready, 0, -1)] == ["j:0"]
+    assert [member_job_id(member) for member in redis_client.zrange(ready, 0, -1)] == ["j:0"]
     assert redis_client.hgetall(Keys("fairqueue", new).queue("celery").ndelayed) == {}
 
 

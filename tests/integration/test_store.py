@@ -7,7 +7,7 @@ import pytest
 from celery_fairqueue.errors import BacklogFullError
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.store import FairStore, WorkerRegistration
-from celery_fairqueue.store.formats.records import ReadyMember
+from celery_fairqueue.store.formats.keys import encode_id
 from tests.harness.store_tools import ack_many, claim_jobs, enqueue_many
 
 from .conftest import put
@@ -256,7 +256,8 @@ def test_settled_jobs_leave_no_per_job_state(store):
     c = store.client
     k = store.keys
     qk = store.keys.queue("default")
-    assert c.hlen(k.records) == c.zcard(k.leases) == c.zcard(qk.ready) == 0
+    assert c.hlen(k.records) == c.zcard(k.leases) == 0
+    assert list(c.scan_iter(qk.fifo("*"))) == []  # each FIFO went as it emptied
     assert c.hlen(qk.state) == c.hlen(qk.running) == c.hlen(qk.ndelayed) == 0
 
 
@@ -279,8 +280,8 @@ def test_a_job_refused_by_a_backlog_bound_leaves_every_count_as_it_was(make_stor
     store = make_store(max_pending_per_account=2, max_pending=3)
 
     def pending() -> dict[str, int]:
-        ready = store.keys.queue("default").ready
-        counts = {account: store.client.zlexcount(ready, *ReadyMember.range_of(account))
+        qk = store.keys.queue("default")
+        counts = {account: store.client.zcard(qk.fifo(encode_id(account)))
                   for account in ("whale", "minnow", "newcomer")}
         return {account: n for account, n in counts.items() if n}
 
@@ -293,3 +294,21 @@ def test_a_job_refused_by_a_backlog_bound_leaves_every_count_as_it_was(make_stor
         store.enqueue(queue="default", account="newcomer", job_id="n0:0", envelope="{}")
     assert pending() == {"whale": 2, "minnow": 1}  # no count for the refused, none left over
     assert store.client.hlen(store.keys.records) == 3
+
+
+def test_a_purge_takes_every_accounts_fifo_a_batch_a_round_trip(store):
+    """The purge reads the accounts' FIFOs ``batch`` jobs a round trip, shared among a page
+    of accounts: a large account among small ones, a paused one and delayed jobs all go; a
+    running job stays."""
+    for n in range(10):
+        put(store, "whale", n)
+    for account in ("a", "b", "c", "d", "e"):
+        put(store, account, 0)
+    put(store, "later", 0, due=time.time() + 60)
+    [running] = claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT)
+    store.pause("b", "default")
+    batches: list[list[str]] = []
+    assert store.purge(["default"], batch=3, on_taken=batches.append) == 15
+    assert all(len(batch) <= 3 for batch in batches)
+    assert store.counts("default")["ready"] == store.counts("default")["delayed"] == 0
+    assert store.client.hkeys(store.keys.records) == [running.job_id]

@@ -57,14 +57,22 @@ def test_job_record_round_trips_any_ids_and_message(queue, account, micros, job_
 
 
 @settings(max_examples=200, deadline=None)
-@given(hostile, job_ids)
-def test_ready_member_round_trips_and_a_job_id_may_hold_the_separator(account, job_id):
-    member = ReadyMember(account, "0000000000000042", job_id + "|x|y")
+@given(job_ids, st.integers(0, 10**15), st.integers(0, 9))
+def test_ready_member_round_trips_and_a_job_id_may_hold_the_separator(job_id, micros, priority):
+    member = ReadyMember(f"{priority}{micros:016d}", job_id + "|x|y")
     back = ReadyMember.parse(member.build())
-    assert back == ReadyMember(normalize_id(account), "0000000000000042", job_id + "|x|y")
+    assert back == member and back.ready_since == micros / 1e6
     assert member_job_id(member.build()) == job_id + "|x|y"
-    low, high = ReadyMember.range_of(account)
-    assert low[1:] <= member.build() < high[1:]
+    with pytest.raises(ValueError):
+        ReadyMember.parse("no separator")
+
+
+def test_an_accounts_fifo_sorts_by_priority_then_by_when_its_jobs_became_ready():
+    """Every member of an account's FIFO has score 0, so Redis orders them by their bytes:
+    the seq's fixed width makes that the priority digit's order, then the time's."""
+    seqs = ["00000000000000009", "00000000000000010", "10000000000000001", "90000000000000000"]
+    members = [ReadyMember(seq, f"job-{n}|{n}:0").build() for n, seq in enumerate(seqs)]
+    assert sorted(m.encode() for m in reversed(members)) == [m.encode() for m in members]
 
 
 def test_a_dead_letters_header_is_read_in_either_layout():

@@ -30,7 +30,7 @@ SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "apply_l
                 "emit", "take_dead", "restore_dead", "purge_dead", "give_back", "cancel", "pause",
                 "resume", "run_now", "register_worker", "heartbeat", "mark",
                 "set_default_limit", "queue_limit", "upgrade", "read_layout", "slow_down",
-                "lift_slow_down", "quota")
+                "lift_slow_down", "quota", "upgrade_fifo")
 
 
 def wire(value: Any) -> Any:
@@ -65,7 +65,8 @@ class StoreDoor:
         self._emits = {name: source.events for name, source in sources.items()}
         self._recording = False
         # the scripts' MODE: a recorder listens, the store has shards (``sharded``, given by
-        # the shards package, store/shards/shard.py)
+        # the shards package, store/shards/shard.py), its layout is at format 1 (set_format1)
+        self.format1 = False
         self.set_sharded(sharded)
         self._recording_checked = float("-inf")
         self.redis_clock = RedisClock(self.server_time)  # the producer's deadlines
@@ -74,7 +75,18 @@ class StoreDoor:
         """Whether the store has shards, for the scripts' MODE: a store of one shard takes them
         when a reshard moves it (store/shards/sharded.py)."""
         self.sharded = sharded
-        shape = "1" if sharded else "0"
+        self._set_mode()
+
+    def set_format1(self, format1: bool) -> None:
+        """Whether the store's layout is still at format 1 (an earlier version wrote it, and
+        ``fairqueue upgrade`` has not begun): the scripts then write a ready job and a pending
+        marker as that version did, so that its workers run them
+        (store/shards/format_upgrade.py)."""
+        self.format1 = format1
+        self._set_mode()
+
+    def _set_mode(self) -> None:
+        shape = ("1" if self.sharded else "0") + ("1" if self.format1 else "0")
         self._mode_recording, self._mode_quiet = (f"1{shape}".encode(), f"0{shape}".encode())
 
     @classmethod

@@ -138,6 +138,8 @@ def load_script(name: str) -> ScriptSource:
         "local MODE = " + ("table.remove(ARGV)" if events else "'00'"),
         "local RECORDING = " + ("string.sub(MODE, 1, 1) == '1'" if events else "nil"),
         "local SHARDED = string.sub(MODE, 2, 2) == '1'",
+        # a producer's while the store is still at format 1 (upgrade_fifo.lua; keys.lua)
+        "local FORMAT1 = string.sub(MODE, 3, 3) == '1'",
         "",
     ])
     kept = "".join(_kept(text, called) for text in sources)

@@ -75,7 +75,7 @@ def parse_in_queue_field(field: str) -> tuple[str, str | None] | None:
 GLOBAL_KEY_NAMES = ("records", "leases", "limits", "buckets", "queues", "stats", "dead",
                     "dead_index", "pauses", "workers", "worker_info", "instance",
                     "default_limit", "limit_config", "shard_count", "layout_readers",
-                    "layout_seen", "quotas")
+                    "layout_seen", "quotas", "layout_format", "format_seen")
 #: The field of Keys.limits that holds the store's default limit, packed: an encoded account
 #: id never is "*" (encode_id escapes it).
 DEFAULT_LIMIT_FIELD = "*"
@@ -113,8 +113,8 @@ class QueueKeys:
     #             Keys.pauses); the codes are states.STATE_CODES. An account with ready jobs
     #             has a state; one without has none (or keeps p/c/o until the claim finds it
     #             empty)
-    ready: str  # sorted set, score 0, members "account|seq|job_id": per-account FIFO by lex;
-    #             seq is the priority digit and the microsecond the job became ready
+    ready: str  # the layout before per-account FIFOs (format 1): one sorted set, score 0,
+    #             members "account|seq|job_id"; read only by the upgrade (upgrade_fifo.lua)
     deferred: str  # sorted set account -> time its limit lets it run again
     delayed: str  # sorted set job_id -> due time (eta, countdown, retry backoff)
     running: str  # hash account -> jobs leased and not settled (its concurrency cap)
@@ -134,6 +134,14 @@ class QueueKeys:
         from which ``queue_keys`` in lib/keys.lua builds the others, under the same hash tag. Each
         key is one more argument to pack and parse on every call: an enqueue passed 9 of them."""
         return (self.state,)
+
+    def fifo(self, account: str) -> str:
+        """Sorted set: one account's ready jobs in the queue (``account`` encoded, as the
+        store's hashes name it), score 0, members ``"seq|job_id"`` (records.ReadyMember), so
+        lex order is its FIFO: priority digit, then the microsecond the job became ready. Small
+        enough for Redis's listpack encoding; the account's backlog is its ZCARD, and Redis
+        drops it when it empties. The accounts with ready jobs are among ``state``'s fields."""
+        return self.state.removesuffix("state") + "f:" + account
 
     @property
     def bell(self) -> str:
@@ -293,6 +301,20 @@ class Keys:
         """Sorted set, on the home shard: process id -> the Redis time until which the worker
         or producer may go on with its last reading of ``shard_count`` (read_layout.lua)."""
         return self._key("layoutreaders")
+
+    @cached_property
+    def layout_format(self) -> str:
+        """String, on the home shard: the format of the store's layout, ``"2"`` (each account's
+        FIFO a key of its own, QueueKeys.fifo), ``"1"`` (one ready set a queue, written by
+        an earlier version), or ``"1>2"`` while ``fairqueue upgrade`` converts it
+        (store/shards/format_upgrade.py). A new store takes "2" at its first reading."""
+        return self._key("format")
+
+    @cached_property
+    def format_seen(self) -> str:
+        """Hash, on the home shard: process id -> the layout format it last read (beside
+        ``layout_seen``); a process of an earlier version has none (format_upgrade.py)."""
+        return self._key("formatseen")
 
     @cached_property
     def layout_seen(self) -> str:

@@ -7,9 +7,10 @@ keys are percent-encoded (keys.encode_id) before they reach a stored string, so 
 ``|`` separators can never occur inside a field.
 
 - job record (``Keys.records``), a header line and the message: ``split_record``/``make_record``
-- ready member (``QueueKeys.ready``), ``"account|seq|job_id"``: ``split_member``/``ready_member``
+- ready member (``QueueKeys.fifo``), ``"seq|job_id"``: ``split_member``/``ready_member``
 - token bucket (``Keys.buckets``), ``"tokens updated_at"``: ``bucket_level``/``take_token``
-- idempotency marker (``Keys.job_key``), JSON: ``make_marker`` (the one maker)
+- idempotency marker (``Keys.job_key``), ``"p account|job_id"`` while pending, else JSON:
+  ``make_marker`` (the one maker)
 - dead letter (``Keys.dead``), JSON: ``store_dead`` (the one writer)
 - deferral (``QueueKeys.deferral``), ``"reason until"``: ``defer`` in claim.lua (the one writer)
 - worker entry (``Keys.worker_info``), ``"heartbeat info_json"``: ``renew_registration``
@@ -26,7 +27,8 @@ from typing import Any
 from ...protocol import NO_JOB_KEY, decode_id, encode_id
 
 __all__ = ["Bucket", "DeadRecord", "Deferral", "JobRecord", "LayoutSeen", "Marker", "ReadyMember",
-           "WorkerEntry", "build_dead_record", "marker_external_id", "new_record_parts"]
+           "WorkerEntry", "build_dead_record", "marker_account", "marker_external_id",
+           "new_record_parts"]
 
 
 @dataclass(frozen=True)
@@ -133,11 +135,10 @@ def record_queue(raw: str | bytes | None) -> str | None:
 
 @dataclass(frozen=True)
 class ReadyMember:
-    """A member of a queue's ready set: lex order by account, then seq (priority digit first),
-    so one account's jobs are a FIFO range. The job id (``task_id:retries``) is last and kept
-    as it is: it may hold ``|`` itself."""
+    """A member of an account's FIFO in a queue (``QueueKeys.fifo``): ``"seq|job_id"``, so lex
+    order is the seq's (priority digit first, then when it became ready). The job id
+    (``task_id:retries``) is last and kept as it is: it may hold ``|`` itself."""
 
-    account: str  # decoded
     seq: str
     job_id: str
 
@@ -149,29 +150,13 @@ class ReadyMember:
     @classmethod
     def parse(cls, raw: str | bytes) -> ReadyMember:
         text = raw.decode() if isinstance(raw, bytes) else raw
-        parts = text.split("|", 2)
-        if len(parts) != 3:
+        seq, bar, job_id = text.partition("|")
+        if not bar:
             raise ValueError(f"not a ready member: {text[:200]!r}")
-        return cls(decode_id(parts[0]), parts[1], parts[2])
+        return cls(seq, job_id)
 
     def build(self) -> str:
-        return f"{encode_id(self.account)}|{self.seq}|{self.job_id}"
-
-    @staticmethod
-    def encoded_account(raw: str) -> str:
-        """A member's account as the store holds it (encoded), the rest left unparsed: a walk
-        of the ready set looks at every member and parses an account's first alone."""
-        return raw.partition("|")[0]
-
-    @staticmethod
-    def range_of(account: str) -> tuple[str, str]:
-        """The ZRANGEBYLEX bounds of one account's members (``}`` sorts right after ``|``)."""
-        return ReadyMember.encoded_range(encode_id(account))
-
-    @staticmethod
-    def encoded_range(encoded: str) -> tuple[str, str]:
-        """:meth:`range_of` an account already encoded (as the store's hashes name it)."""
-        return f"[{encoded}|", f"({encoded}}}"
+        return f"{self.seq}|{self.job_id}"
 
 
 def member_job_id(raw: str | bytes) -> str:
@@ -200,6 +185,23 @@ class Bucket:
         return min(burst, self.tokens + max(0.0, now - self.updated) * rate)
 
 
+#: A pending marker is short (make_marker in lib/records.lua): ``"p <account>|<job_id>"``, the
+#: account encoded and named only in a sharded store; a started or done one is JSON.
+PENDING_MARKER = "p "
+
+
+def marker_account(raw: str) -> str | None:
+    """The encoded account a marker names (make_marker in lib/records.lua), or None."""
+    if raw.startswith(PENDING_MARKER):
+        return raw[len(PENDING_MARKER):].partition("|")[0] or None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    account = data.get("account") if isinstance(data, dict) else None
+    return account if isinstance(account, str) else None
+
+
 @dataclass(frozen=True)
 class Marker:
     """A business key's idempotency marker: ``pending`` while its job waits, ``started`` before
@@ -213,7 +215,10 @@ class Marker:
 
     @classmethod
     def parse(cls, raw: str | bytes) -> Marker:
-        data = json.loads(raw)
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        if text.startswith(PENDING_MARKER):
+            return cls(state="pending", job_id=text.partition("|")[2])
+        data = json.loads(text)
         if not isinstance(data, dict) or not isinstance(data.get("state"), str):
             raise ValueError("not an idempotency marker")
         external = data.get("external_id")

@@ -26,7 +26,7 @@ from ..formats.records import Bucket, Deferral, ReadyMember, SlowDownHold, Worke
 from ..shards.merged import per_shard, records_at
 from ..shards.shard import FairStore
 from ..writers.operator import OperatorPause, parse_pause, pause_field
-from .heads import shard_heads
+from .heads import queue_heads
 
 #: Most of an account's ready jobs read to find its oldest (FIFO order within a priority: the
 #: oldest is among the first unless priorities reorder them).
@@ -233,7 +233,7 @@ class ConsoleReader:
     def _heads(self, queue: str) -> list[tuple[float, str]]:
         """Each account with ready jobs in ``queue``, on every shard, with since when its next
         job waits, oldest first (see heads.py)."""
-        return sorted(head for shard in self.store.shards for head in shard_heads(shard, queue))
+        return sorted(queue_heads(self.store, queue))
 
     def _due(self, queue: str, now: float, scan: int, shards: Sequence[FairStore] | None = None
              ) -> list[tuple[float, str, FairStore]]:
@@ -300,12 +300,13 @@ class ConsoleReader:
             f for q in names for f in (slow_down_field(account, q), slow_down_field(None, q))])
         for queue in names:
             qk = keys.queue(queue)
-            pipe.zlexcount(qk.ready, *ReadyMember.range_of(account))
+            fifo = qk.fifo(encoded)
+            pipe.zcard(fifo)
             pipe.hget(qk.state, encoded)
             pipe.zscore(qk.deferred, encoded)
             pipe.hget(qk.deferrals, encoded)
             pipe.hget(qk.ndelayed, encoded)
-            pipe.zrangebylex(qk.ready, *ReadyMember.range_of(account), 0, OLDEST_SCAN)
+            pipe.zrange(fifo, 0, OLDEST_SCAN - 1)
             pipe.zrange(qk.delayed, 0, 0, withscores=True)
             pipe.hget(keys.limit_config, queue_limit_field(queue))  # its shared limit
             pipe.hmget(keys.limit_config, in_queue_field(queue, account),
@@ -408,7 +409,7 @@ class ConsoleReader:
             qk = keys.queue(queue)
             pipe = client.pipeline(transaction=False)
             pipe.hget(qk.state, encoded)
-            pipe.zrangebylex(qk.ready, *ReadyMember.range_of(account), 0, limit)
+            pipe.zrange(qk.fifo(encoded), 0, limit - 1)
             pipe.zrange(qk.delayed, 0, DUE_SCAN - 1, withscores=True)
             state, heads, delayed = pipe.execute()
             candidates: list[tuple[str, str, float | None, float | None]] = []

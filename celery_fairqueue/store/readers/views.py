@@ -1,9 +1,12 @@
 """Read-only views of the fair store for operators: queue totals, deferred and paused
 accounts, accounts.
 
-Nothing here writes to Redis, and nothing reads a per-account structure whole: totals come from
-O(1) commands (ZCARD, HLEN), and per-account data from HSCAN with a bound, so asking about a
-store with a million accounts costs the same as asking about one with ten.
+Nothing here writes to Redis, and nothing reads a per-account structure whole. Totals come from
+O(1) commands (ZCARD, HLEN), but for a queue's ready jobs: they lie in one FIFO per account, so
+their total is its accounts' FIFO lengths added up (shards/fifos.py), a pipelined round trip
+per page of the queue's state hash (no script keeps a count: every enqueue and claim would pay
+for it). Per-account data comes from HSCAN with a bound, so listing the accounts of a store
+with a million costs the same as of one with ten.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from ...envelope import Envelope, MalformedEnvelopeError
 from ...limits import AccountLimit
 from ...states import STATE_CODES, AccountState, DeferReason, ready_and_deferred
 from ..formats.keys import decode_id, encode_id
-from ..formats.records import Deferral, JobRecord, ReadyMember, SlowDownHold
+from ..formats.records import Deferral, JobRecord, SlowDownHold
+from ..shards.fifos import ready_jobs
 from ..shards.merged import per_shard
 from ..shards.opening import store_for
 from ..shards.shard import FairStore
@@ -170,16 +174,16 @@ class StoreInspector:
         soonest to run are added to ``deferred``."""
         def counts(pipe: Any, shard: FairStore) -> None:
             qk = shard.keys.queue(queue)
-            pipe.zcard(qk.ready)
             pipe.zcard(qk.delayed)
             pipe.hlen(qk.state)  # the accounts with ready jobs: each has a state
             pipe.hlen(qk.deferrals)  # every deferral the claim recorded, capped ones too
             pipe.zrange(qk.deferred, 0, deferred_limit - 1, withscores=True)
 
         replies = per_shard(self.store, counts)
-        ready, delayed, accounts_ready, accounts_deferred = (
-            sum(reply[n] for reply in replies) for n in range(4))
-        soonest = [reply[4] for reply in replies]
+        delayed, accounts_ready, accounts_deferred = (
+            sum(reply[n] for reply in replies) for n in range(3))
+        soonest = [reply[3] for reply in replies]
+        ready = ready_jobs(self.client, [shard.keys.queue(queue) for shard in self.store.shards])
 
         def reasons(pipe: Any, shard: FairStore) -> None:
             chunk = soonest[self.store.shards.index(shard)]
@@ -200,7 +204,7 @@ class StoreInspector:
         account (read on its shard), or up to ``limit`` of those with any job in the store,
         most ready first. The accounts come from the queue's per-account hashes (state,
         running, delayed), read with a bounded HSCAN, shard after shard: never a scan of the
-        jobs; ready jobs are counted off the ready set (ZLEXCOUNT of the account's range)."""
+        jobs; ready jobs are counted off the account's FIFO (its ZCARD)."""
         rows: list[AccountRow] = []
         total = 0
         complete = True
@@ -237,7 +241,7 @@ class StoreInspector:
         qk = shard.keys.queue(queue)
         pipe = self.client.pipeline(transaction=False)
         for name in encoded:
-            pipe.zlexcount(qk.ready, *ReadyMember.encoded_range(name))
+            pipe.zcard(qk.fifo(name))
             pipe.hget(qk.state, name)
             pipe.zscore(qk.deferred, name)
             pipe.hget(shard.keys.limit_config, name)

@@ -16,7 +16,7 @@ end
 local qk = queue_keys(1)
 if not take_delayed(qk, job.account, job_id) then
   -- the rotation drops the account by itself once it finds nothing ready (see claim)
-  redis.call('ZREM', qk.ready, ready_member(job.account, job.seq, job_id))
+  redis.call('ZREM', ready_place(qk, job.account, job.seq, job_id))
 end
 free_key(job.job_key, job_id)
 redis.call('HDEL', K_RECORDS, job_id)

@@ -49,9 +49,10 @@
 -- is dropped from the store when it comes up, before any limit is asked (it takes no slot and
 -- no token), and listed the same way with its queue index negated, for the worker to record as
 -- revoked.
--- Cost: O(log n) per job or skipped account (rotation pops, hash fields, one lex range); no scans.
+-- Cost: O(log n) per job or skipped account (rotation pops, hash fields, its FIFO's head); no scans.
 -- A leased job of an account without a limit of its own, with a business key and the event
--- stream on: 9 commands (ZPOPMIN, ZRANGEBYLEX, HGET and HSET of its record, ZREM, ZADD of its
+-- stream on: 9 commands (ZPOPMIN of the rotation, ZPOPMIN of its account's FIFO and ZADD of the
+-- next job back (none for an account's last), HGET and HSET of its record, ZADD of its
 -- account's next turn, ZADD of its lease, SET of its marker, XADD); an ack riding along 3 to 5
 -- (HGET and HDEL of its record, ZREM of its lease; after a success, SET of the key's done
 -- marker and XADD). An account with a concurrency cap adds its running count to both. A queue
@@ -242,19 +243,17 @@ end
 -- job_id, envelope, deliveries, business key, marker or nil; or job_id, envelope, 'expired' for
 -- an expired job it dropped. Every nil leaves the account out of the rotation.
 local function claim_from(qk, account, tag, joined_weight)
-  local low, high = member_range(account)
-  local heads = redis.call('ZRANGEBYLEX', qk.ready, low, high, 'LIMIT', 0, 2)
-  local head, more = heads[1], heads[2] ~= nil
+  local head, more, keep = pop_head(qk, account)  -- keep: a head not taken goes back
   if not head then
     redis.call('HDEL', qk.state, account)
     redis.call('HDEL', qk.deferrals, account)
     return nil
   end
-  local job_id = select(3, split_member(head))
+  local job_id = select(2, split_member(head))
   local job = read_job(job_id)
   -- past Celery's expires: out of the store (its account keeps its tag: nothing ran)
   if job and job.expires and job.expires <= now then
-    take_head(qk, account, head, more, tag, nil, joined_weight)
+    take_head(qk, account, more, tag, nil, joined_weight)
     free_key(job.job_key, job_id)
     redis.call('HDEL', K_RECORDS, job_id)
     redis.call('HINCRBY', K_STATS, 'expired', 1)
@@ -266,41 +265,41 @@ local function claim_from(qk, account, tag, joined_weight)
   if paused then
     redis.call('HSET', qk.state, account, 'o')
     redis.call('HDEL', qk.deferrals, account)
-    return nil
+    return keep(nil)
   end
   -- the provider asked the account to slow down (enqueue.lua held it with a retry): deferred
   -- until then, no token taken (its bucket holds at most its burst when the pause ends)
   if slowed then
     defer(qk, account, 'slowed', slowed)
-    return nil
+    return keep(nil)
   end
   local packed, here = limits_of(qk, account)
   if quota_full(qk) then
-    return nil, nil, 'quota'  -- the queue runs all it may: the account keeps its turn
+    return keep(nil, nil, 'quota')  -- the queue runs all it may: the account keeps its turn
   end
   local limit = binding_limits(qk, account, packed, here, now)
   if limit.wake then
     defer(qk, account, 'window_closed', limit.wake)
-    return nil
+    return keep(nil)
   end
   local cap = limit.cap
   local running = cap > 0 and hget_number(qk.running, account) or 0
   if cap > 0 and running >= cap then
     hold_at_cap(qk, account)
-    return nil
+    return keep(nil)
   end
   local wake, next_token, shared_short = take_token(limit.buckets, now)
   if shared_short then
-    return nil, wake, 'quota'  -- the queue waits for its next token, the account keeps its turn
+    return keep(nil, wake, 'quota')  -- the queue waits for its next token, the account keeps its turn
   elseif wake then
     defer(qk, account, 'rate_limited', wake)
-    return nil
+    return keep(nil)
   end
 
   if qk.quota and qk.quota.grant then qk.quota.used = qk.quota.used + 1 end  -- of its grant
   local capped = cap > 0 and running + 1 >= cap
   local held = more and (next_token or capped)
-  take_head(qk, account, head, more, next_tag(tag, limit.weight), held, limit.weight)
+  take_head(qk, account, more, next_tag(tag, limit.weight), held, limit.weight)
   local poison = nil
   if not job then
     poison = 'the stored message is missing'

@@ -28,9 +28,9 @@
 -- [11] waiting jobs, 5 the store holds [12] jobs, 6 past the producer's deadline, 7 the
 -- account moved to the shard whose index is job_id (a reshard); nothing is stored for 3 to 7.
 -- Cost, a new job with a business key into an account with ready jobs: 7 commands (TIME,
--- HSETNX, SET, ZLEXCOUNT, HINCRBY of the enqueued counter, ZADD, and XADD or, when the caller
--- has not seen the recorder's stream, EXISTS); in a sharded store, one more (HGET of the moved
--- accounts).
+-- HSETNX, SET, ZCARD of its FIFO for the bound (none without one), HINCRBY of the enqueued
+-- counter, ZADD, and XADD or, when the caller has not seen the recorder's stream, EXISTS); in a
+-- sharded store, one more (HGET of the moved accounts).
 -- include: keys events records rotation shards
 -- The producer builds what it can (the record but its seq, the encoded names): the script
 -- reads Redis's clock, checks and writes.
@@ -58,6 +58,14 @@ end
 -- or a bucket (across its queues or in one), a pause or a provider's slow-down) moves there
 -- at once, marked moved (its other done markers and dead letters follow with the reshard); one that does is frozen here (freeze_account), and moved with this
 -- job by the reshard.
+-- The account's ready jobs in the queue ``of``: its FIFO's length (format 1: its range).
+local function ready_count(of)
+  if FORMAT1 then
+    return redis.call('ZLEXCOUNT', of.ready, legacy_range(account))
+  end
+  return redis.call('ZCARD', fifo_key(of, account))
+end
+
 if SHARDED then
   -- Whether the account holds anything here that this job depends on (see above): defined
   -- here, as a store of one shard need not make it on every call.
@@ -74,10 +82,9 @@ if SHARDED then
          redis.call('HEXISTS', tag .. 'pauses', 's:' .. account .. ':' .. queue) == 1) then
       return true
     end
-    local low, high = member_range(account)
     for _, name in ipairs(redis.call('SMEMBERS', K_QUEUES)) do
       local other = queue_named(name)
-      if redis.call('ZLEXCOUNT', other.ready, low, high) > 0 or
+      if ready_count(other) > 0 or
           redis.call('HEXISTS', other.ndelayed, account) == 1 or
           redis.call('HEXISTS', other.running, account) == 1 or
           redis.call('HEXISTS', K_LIMITS, 'q:' .. name .. ':' .. account) == 1 or
@@ -153,12 +160,11 @@ if job_key ~= '-' then
                            make_marker('started', job_id, nil, nil, owner) or pending)
   end
 end
--- the account's ready jobs before this one: the bound, and whether it has a state already
-local low, high = member_range(account)
-local before = redis.call('ZLEXCOUNT', qk.ready, low, high)
+-- the account's ready jobs before this one, for the bound (none asked without one)
+local before = (dedupe == '1' and max_ready > 0) and ready_count(qk) or nil
 if dedupe == '1' then
   -- a delayed job counts the account's delayed ones too (a running job holds a slot: bounded)
-  local pending = before + (due > now and hget_number(qk.ndelayed, account) or 0)
+  local pending = (before or 0) + (due > now and hget_number(qk.ndelayed, account) or 0)
   local refused = (max_ready > 0 and pending >= max_ready and 4) or
                   (max_jobs > 0 and redis.call('HLEN', K_RECORDS) > max_jobs and 5)
   if refused then
@@ -172,18 +178,18 @@ if dedupe == '1' then
 end
 take_letter()
 redis.call('HINCRBY', K_STATS, 'enqueued', 1)
--- the store's known queues: named by a job that may be the first of its queue (one of an account
--- without ready jobs, or a delayed one), not by every job of a backlog
-if before == 0 or due > now then
-  redis.call('SADD', K_QUEUES, queue)
-end
 emit('e', 'enqueued', 'job', job_id, 'q', queue, 'a', account, 'k', job_key, 't', ARGV[8],
      'args', ARGV[9], 'at', now_text(), 'due', due > now and ARGV[5] or now_text())
+-- the store's known queues: named by a job that may be the first of its queue (a delayed one, or
+-- one whose account joins the rotation), not by every job of a backlog
 if due > now then
+  redis.call('SADD', K_QUEUES, queue)
   make_delayed(qk, account, job_id, due)
   return {2, job_id}
 end
-make_ready(qk, account, seq, job_id, before == 0)
+if make_ready(qk, account, seq, job_id, not (before and before > 0)) then
+  redis.call('SADD', K_QUEUES, queue)
+end
 if (ARGV[17] or '') ~= '' then  -- a bulk enqueue's job: a ring for each worker it can feed
   ring(qk, tonumber(ARGV[17]))
 end

@@ -10,7 +10,7 @@ for _, job_id in ipairs(ARGV) do
   local job = read_job(job_id)
   if job then
     local qk = queue_named(job.queue)
-    redis.call('ZREM', qk.ready, ready_member(job.account, job.seq, job_id))
+    redis.call('ZREM', fifo_key(qk, job.account), ready_member(job.seq, job_id))
     take_delayed(qk, job.account, job_id)
     free_key(job.job_key, job_id)
     redis.call('HDEL', K_RECORDS, job_id)

@@ -34,7 +34,7 @@ section(3, function(moved_id, record, due)
     return
   elseif held then
     local before = queue_named(held.queue)
-    redis.call('ZREM', before.ready, ready_member(account, held.seq, moved_id))
+    redis.call('ZREM', fifo_key(before, account), ready_member(held.seq, moved_id))
     take_delayed(before, account, moved_id)
   else
     stored = stored + 1
@@ -47,7 +47,7 @@ section(3, function(moved_id, record, due)
       redis.call('HINCRBY', qk.ndelayed, account, 1)
     end
   else
-    redis.call('ZADD', qk.ready, 0, ready_member(account, job.seq, moved_id))
+    redis.call('ZADD', fifo_key(qk, account), 0, ready_member(job.seq, moved_id))
     redis.call('HSETNX', qk.state, account, 'o')  -- paused (see resume.lua)
   end
 end)

@@ -30,7 +30,7 @@ for _, entry in ipairs(jobs) do
   local job = read_job(job_id)
   if job then
     local qk = queue_named(job.queue)
-    redis.call('ZREM', qk.ready, ready_member(job.account, job.seq, job_id))
+    redis.call('ZREM', fifo_key(qk, job.account), ready_member(job.seq, job_id))
     take_delayed(qk, job.account, job_id)
     redis.call('HDEL', K_RECORDS, job_id)
   else

@@ -3,8 +3,9 @@
 The rest of the package sees shards only through this package's interface: ``opening.py``
 (``open_store``, ``store_for``: the store, of as many shards as it records), the store's
 ``shards`` and ``shard_for(account)`` (``shard.py``, ``sharded.py``), ``merged.py`` (the same
-reads on every shard in one pipeline) and ``placement.py`` (``account_shard``). No module
-outside it branches on whether the store is sharded.
+reads on every shard in one pipeline), ``fifos.py`` (a queue's ready jobs, read account FIFO
+by account FIFO on every shard side by side) and ``placement.py`` (``account_shard``). No
+module outside it branches on whether the store is sharded.
 
 - ``shard.py``: ``FairStore``, the writers of one shard as one object.
 - ``sharded.py``: ``ShardedStore``, the routing over the store's shards, which follows the

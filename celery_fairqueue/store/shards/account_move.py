@@ -136,8 +136,8 @@ class AccountMover:
         pause_fields = [f"a:{account}:*"] + [f"{kind}:{account}:{encode_id(q)}" for q in queues
                                             for kind in ("a", "s")]
         pipe = self.client.pipeline(transaction=False)
-        for queue in queues:
-            pipe.zrangebylex(keys.queue(queue).ready, f"[{account}|", f"({account}}}")
+        for queue in queues:  # its ready jobs: its whole FIFO in each queue
+            pipe.zrange(keys.queue(queue).fifo(account), 0, -1)
         # its limit and bucket across its queues, and in each queue (keys.in_queue_field)
         limit_fields = [account] + [in_queue_field(q, decode_id(account)) for q in queues]
         for name in LIMIT_HASHES:

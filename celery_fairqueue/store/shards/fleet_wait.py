@@ -32,6 +32,8 @@ class Reading:
     process_id: str
     until: float  # Redis time
     seen: LayoutSeen
+    #: the layout format it read (Keys.format_seen); None: a process of an earlier version
+    layout_format: str | None = None
 
 
 def readings(client: AnyClient, home: Keys) -> list[Reading]:
@@ -40,30 +42,36 @@ def readings(client: AnyClient, home: Keys) -> list[Reading]:
         home.layout_readers, 0, -1, withscores=True)
     if not until:
         return []
-    seen = client.hmget(home.layout_seen, [process_id for process_id, _ in until])
-    return [Reading(str(process_id), lapses, LayoutSeen.parse(raw))
-            for (process_id, lapses), raw in zip(until, seen, strict=True) if raw is not None]
+    ids = [process_id for process_id, _ in until]
+    seen, formats = client.hmget(home.layout_seen, ids), client.hmget(home.format_seen, ids)
+    return [Reading(str(process_id), lapses, LayoutSeen.parse(raw),
+                    None if read is None else str(read))
+            for (process_id, lapses), raw, read in zip(until, seen, formats, strict=True)
+            if raw is not None]
 
 
 def wait_for_fleet(client: AnyClient, home: Keys, layout: str, *, timeout: float,
                    margin: float, server_time: Callable[[], float],
-                   say: Callable[[str], None]) -> list[str]:
-    """Wait until no process may act on a layout other than ``layout``, and ``margin`` on;
-    after ``timeout``, return what names the processes still on an older one (else [])."""
+                   say: Callable[[str], None],
+                   behind_of: Callable[[Reading], bool] | None = None) -> list[str]:
+    """Wait until no process may act on a layout other than ``layout`` (or, ``behind_of``,
+    one that it says is behind), and ``margin`` on; after ``timeout``, return what names the
+    processes still behind (else [])."""
     give_up = time.monotonic() + timeout
     told = False
+    lags = behind_of or (lambda reading: reading.seen.layout != layout)
     while True:
         now = server_time()
         behind = [reading for reading in readings(client, home)
-                  if reading.seen.layout != layout and reading.until > now]
+                  if lags(reading) and reading.until > now]
         if not behind:
             break
         if time.monotonic() >= give_up:
-            return [f"{r.seen.name} (read {r.seen.layout!r}; reads again within "
-                    f"{r.until - now:.0f} s)" for r in behind]
+            return [f"{r.seen.name} (read {r.layout_format if behind_of else r.seen.layout!r}"
+                    f"; reads again within {r.until - now:.0f} s)" for r in behind]
         if not told:
             told = True
-            say(f"waiting for {len(behind)} worker(s) and producer(s) to read the move "
+            say(f"waiting for {len(behind)} worker(s) and producer(s) to read {layout!r} "
                 f"(at most {max(r.until for r in behind) - now:.0f} s)")
         time.sleep(min(LOOK_SECONDS, max(0.0, give_up - time.monotonic())))
     time.sleep(margin)

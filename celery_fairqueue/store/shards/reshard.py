@@ -20,7 +20,6 @@ docs/deployment.md ("Resharding").
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import time
 from collections.abc import Callable, Collection, Iterable
@@ -40,7 +39,7 @@ from ..formats.keys import (
     is_account_field,
     parse_in_queue_field,
 )
-from ..formats.records import JobRecord
+from ..formats.records import JobRecord, marker_account
 from .account_move import AccountMover, text
 from .fleet_wait import wait_for_fleet
 from .placement import account_shard
@@ -101,6 +100,9 @@ class Resharder:
         if moving is not None and moving != self.to:
             raise ReshardError(f"a reshard from {old} to {moving} shards is under way: finish "
                                f"it first (`fairqueue reshard --to {moving}`)")
+        if text(self.client.get(self.keys.layout_format)) not in ("", "2"):
+            raise ReshardError("the store's layout is not at format 2 yet: run `fairqueue "
+                               "upgrade` first (docs/deployment.md)")
         if self.to < old:
             raise ReshardError(f"the store has {old} shards: a reshard only adds shards (to "
                                f"shrink it, drain it into a new store of {self.to})")
@@ -272,7 +274,7 @@ class Resharder:
         for start in range(0, len(names), SCAN_COUNT):
             part = names[start:start + SCAN_COUNT]
             for name, raw in zip(part, self.client.mget(part), strict=True):
-                account = _marker_account(text(raw))
+                account = marker_account(text(raw))
                 if account is not None:
                     mine.setdefault(account, []).append(name.removeprefix(tag))
                 elif raw is not None:
@@ -306,16 +308,6 @@ class Resharder:
 
     def _hash(self, key: str) -> dict[str, str]:
         return {text(name): text(value) for name, value in self.client.hgetall(key).items()}
-
-
-def _marker_account(raw: str) -> str | None:
-    """The encoded account a marker names (make_marker in lib/records.lua), or None."""
-    try:
-        data = json.loads(raw or "")
-    except ValueError:
-        return None
-    account = data.get("account") if isinstance(data, dict) else None
-    return account if isinstance(account, str) else None
 
 
 def describe(report: ReshardReport) -> Iterable[str]:

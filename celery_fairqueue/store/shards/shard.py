@@ -18,6 +18,7 @@ from ..writers.jobs import Claim, EnqueueOutcomeOrError, EnqueueResult, Jobs, sl
 from ..writers.leases import Lease
 from ..writers.operator import Operator, paused_accounts
 from ..writers.slow_downs import SlowDowns
+from .fifos import ready_jobs
 
 #: Records read a round trip when counting the leased jobs.
 RECORDS_CHUNK = 500
@@ -167,13 +168,14 @@ class FairStore(Jobs, Fleet, Operator, SlowDowns):
 
     def counts(self, queue: str) -> dict[str, int]:
         """Ready, delayed and running job counts of one queue, its accounts deferred by their
-        limit (rate, window, concurrency cap) and its accounts an operator paused."""
+        limit (rate, window, concurrency cap) and its accounts an operator paused. The ready
+        jobs are its accounts' FIFOs, added up (fifos.py): no key counts them."""
         qk = self.keys.queue(queue)
         pipe = self.client.pipeline(transaction=False)
-        pipe.zcard(qk.ready)
         pipe.zcard(qk.delayed)
         pipe.hlen(qk.deferrals)
-        ready, delayed, deferred = pipe.execute()
+        delayed, deferred = pipe.execute()
+        ready = ready_jobs(self.client, [qk])
         running = sum(n for (name, _), n in self.running().items() if name == queue)
         return {"ready": ready, "delayed": delayed, "running": running,
                 "deferred_accounts": deferred,

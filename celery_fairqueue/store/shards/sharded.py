@@ -20,6 +20,7 @@ accounts that can run now, which every claim returns (chooser.py).
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -44,6 +45,9 @@ from .shard import FairStore
 from .sharded_claim import ShardedClaim, Shards
 
 T = TypeVar("T")
+logger = logging.getLogger("celery_fairqueue")
+#: How soon a worker asks again while the store's layout waits for its upgrade (format_ready).
+FORMAT_WAIT_SECONDS = 1.0
 
 
 class ShardedStore(FairStore):
@@ -55,6 +59,8 @@ class ShardedStore(FairStore):
         self._job_shard: dict[str, int] = {}  # leased job id -> its shard (see beat)
         self.quotas = SharedQuotas(self)  # the queues' shared limits, at the home (quota.py)
         self.reading = LayoutReading(settings.shards_check_interval, settings.shards)
+        self.layout_format = "2"  # until read (format_ready)
+        self._told_format = False
         # until the store's layout is read: the setting's (layout.py)
         self._follow(Layout(settings.shards))
 
@@ -68,10 +74,20 @@ class ShardedStore(FairStore):
         if not self.reading.due():
             return
         started = self.reading.started()
-        layout = Layout.parse(self.read_layout(self.reading.process_id, self.reading.name,
-                                               self.settings.shards_check_interval))
+        held, layout_format = self.read_layout(self.reading.process_id, self.reading.name,
+                                               self.settings.shards_check_interval)
+        layout = Layout.parse(held)
         self._follow(layout)
+        self._follow_format(layout_format)
         self.reading.done(started, layout)
+
+    def _follow_format(self, layout_format: str) -> None:
+        """Write as the store's layout format says (format_upgrade.py): at "1", as earlier
+        versions did, for their workers; and claim only at "2" (``format_ready``), a worker
+        reading it again at every claim until then."""
+        self.layout_format = layout_format
+        for store in (self, *self.shards):
+            store.set_format1(layout_format == "1")
 
     def _follow(self, layout: Layout) -> None:
         """Route by ``layout`` (S while it moves), claim from its widest number of shards."""
@@ -87,6 +103,8 @@ class ShardedStore(FairStore):
                 FairStore(self.client, Keys(self.keys.prefix, n), self.settings, home=self,
                           sharded=count > 1) for n in range(len(self.shards), count)]
             self._by_tag = {shard.keys.tag: n for n, shard in enumerate(self.shards)}
+            for shard in self.shards:
+                shard.set_format1(self.format1)
             self._chooser = ShardChooser(count)
         if self.sharded != (count > 1):
             for store in (self, *self.shards):
@@ -183,7 +201,11 @@ class ShardedStore(FairStore):
         ``acks`` on their own shards (sharded_claim.py). ``tick`` with no ``want``: the time
         keeper's claim of nothing on each shard whose due time came (Jobs.claim). The grants
         of the queues' shared limits are its own to take (quota.py): ``grants`` is a shard's."""
+        if self.layout_format != "2":
+            self.reading.read_now()
         self.check_shards()
+        if not self.format_ready():
+            return Claim([], next_due=FORMAT_WAIT_SECONDS)
         if len(self.shards) == 1:  # a store of one shard: its claim, as it is
             return self.shards[0].claim(queues, want, token, default_limit, first, acks,
                                         keeps_time=keeps_time, tick=tick)
@@ -194,6 +216,21 @@ class ShardedStore(FairStore):
         for lease in claim.leases:
             self._job_shard[lease.job_id] = self._by_tag[lease.store.keys.tag]
         return claim
+
+    def format_ready(self) -> bool:
+        """Whether this process may claim: the store's layout is at format 2. Until then (a
+        store an earlier version wrote, its upgrade not run or not finished) a worker of
+        this version claims nothing, and says why once (format_upgrade.py)."""
+        if self.layout_format == "2":
+            return True
+        if not self._told_format:
+            self._told_format = True
+            logger.warning(
+                "fairqueue: the fair store's layout is at format %s (written by an "
+                "earlier celery-fairqueue): this worker claims no job until `celery -A proj "
+                "fairqueue upgrade` has converted it (docs/deployment.md, \"Upgrading the layout "
+                "to format 2\")", self.layout_format)
+        return False
 
     def forget_recording(self) -> None:
         """Every shard asks again whether a recorder listens (each has its own stream)."""

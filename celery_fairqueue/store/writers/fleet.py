@@ -96,9 +96,11 @@ class Fleet(StoreDoor):
                     keeps=[queues[int(n) - 1] for n in kept],
                     clock_offset=float(now) - (sent + time.time()) / 2)
 
-    def read_layout(self, process_id: str, name: str, seconds: float) -> str:
+    def read_layout(self, process_id: str, name: str, seconds: float) -> tuple[str, str]:
         """The store's layout as its home records it (``"S"``, or ``"S>N"`` while a reshard
-        moves it), read by process ``process_id`` (``name``: what a reshard that waits for it
-        calls it), who reads it again within ``seconds`` (read_layout.lua)."""
-        return str(self._run("read_layout", [], [process_id, name, self.settings.shards,
-                                                  seconds], within=True))
+        moves it) and its format (``"2"``, ``"1"``, ``"1>2"``: Keys.layout_format), read by
+        process ``process_id`` (``name``: what a reshard or an upgrade that waits for it calls
+        it), who reads them again within ``seconds`` (read_layout.lua)."""
+        layout, layout_format = self._run("read_layout", [], [
+            process_id, name, self.settings.shards, seconds, 2], within=True)
+        return str(layout), str(layout_format)

@@ -10,6 +10,7 @@ and no attempt is charged.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from ..formats.keys import (
     DEFAULT_LIMIT_FIELD,
     IN_QUEUE_PREFIX,
     QUEUE_LIMIT_PREFIX,
+    QueueKeys,
     decode_id,
     encode_id,
     in_queue_field,
@@ -266,21 +268,49 @@ class Operator(StoreDoor):
         for queue in list(queues or self.known_queues()):
             qk = self.keys.queue(queue)
             while True:
-                pipe = self.client.pipeline(transaction=False)
-                pipe.zrange(qk.ready, 0, batch - 1)
-                pipe.zrange(qk.delayed, 0, batch - 1)
-                ready, delayed = pipe.execute()
-                ids = [member_job_id(member) for member in ready] + list(delayed)
-                done = self._run_many("cancel", (([qk], [job_id]) for job_id in ids), batch)
-                gone = [job_id for job_id, cancelled in zip(ids, done, strict=True)
-                        if cancelled == 1]
-                now = len(gone)
-                taken += now
-                if gone and on_taken is not None:
-                    on_taken(gone)
+                delayed: list[str] = self.client.zrange(  # type: ignore[assignment]
+                    qk.delayed, 0, batch - 1)
+                now = self._cancel_all(qk, delayed, batch, on_taken)
                 if now == 0:  # nothing left, or only entries no script can take
                     break
+                taken += now
+            taken += self._purge_ready(qk, batch, on_taken)
         return taken
+
+    def _purge_ready(self, qk: QueueKeys, batch: int,
+                     on_taken: Callable[[list[str]], None] | None) -> int:
+        """:meth:`purge`'s ready jobs of one queue. They lie in one FIFO per account, and the
+        accounts that may have some are the fields of its state hash, read ``batch`` a page. A
+        page's FIFOs share ``batch`` jobs a round trip, again for those whose share came back
+        full (an account of a million jobs among small ones: one job each, then the whole
+        share), so a round trip holds about ``batch`` jobs, not ``batch`` for each account."""
+        taken = 0
+        accounts = (name for name, _ in self.client.hscan_iter(qk.state, count=batch))
+        while left := list(itertools.islice(accounts, batch)):
+            while left:
+                share = max(1, batch // len(left))
+                pipe = self.client.pipeline(transaction=False)
+                for account in left:
+                    pipe.zrange(qk.fifo(account), 0, share - 1)
+                heads = pipe.execute()
+                ids = [member_job_id(member) for head in heads for member in head]
+                now = self._cancel_all(qk, ids, batch, on_taken)
+                if now == 0:  # nothing left, or only entries no script can take
+                    break
+                taken += now
+                left = [account for account, head in zip(left, heads, strict=True)
+                        if len(head) == share]
+        return taken
+
+    def _cancel_all(self, qk: QueueKeys, ids: Sequence[str], batch: int,
+                    on_taken: Callable[[list[str]], None] | None) -> int:
+        """Cancel the jobs ``ids`` of a queue, ``batch`` a round trip; how many it took (one
+        settled or taken meanwhile is not)."""
+        done = self._run_many("cancel", (([qk], [job_id]) for job_id in ids), batch)
+        gone = [job_id for job_id, cancelled in zip(ids, done, strict=True) if cancelled == 1]
+        if gone and on_taken is not None:
+            on_taken(gone)
+        return len(gone)
 
     def run_now(self, task_id: str) -> list[str]:
         """Make the delayed deliveries of a task ready now; returns the delivery ids moved.

@@ -75,7 +75,8 @@ end
 -- which learn a job's queue from its record).
 local function queue_named(name)
   local base = string.sub(K_RECORDS, 1, -8) .. 'queue:' .. name .. ':'
-  return {state = base .. 'state', ready = base .. 'ready', deferred = base .. 'deferred',
+  return {base = base, state = base .. 'state', ready = base .. 'ready',
+          deferred = base .. 'deferred',
           delayed = base .. 'delayed', running = base .. 'running',
           ndelayed = base .. 'ndelayed', deferrals = base .. 'deferrals', tags = base .. 'tags',
           finish = base .. 'finish', weight = base .. 'weight', name = name,
@@ -102,19 +103,45 @@ local function ready_seq(priority, micros)
   return priority .. string.format('%016d', micros)
 end
 
--- A ready member is "account|seq|job_id" (records.ReadyMember): lex order gives each account a
--- FIFO range; the job id is last and may hold "|" itself.
-local function ready_member(account, seq, job_id)
+-- An account's FIFO in a queue (QueueKeys.fifo): a sorted set of its own, score 0, members
+-- "seq|job_id" (records.ReadyMember), so lex order is seq order; the job id is last and may hold
+-- "|" itself. Small, it is a listpack; its backlog is its ZCARD; Redis drops it when it empties.
+local function fifo_key(qk, account)
+  return qk.base .. 'f:' .. account
+end
+
+local function ready_member(seq, job_id)
+  return seq .. '|' .. job_id
+end
+
+-- A ready member's seq and job id.
+local function split_member(member)
+  return string.match(member, '^([^|]*)|(.*)$')
+end
+
+-- The layout before per-account FIFOs (format 1): one sorted set a queue (qk.ready), members
+-- "account|seq|job_id", an account's FIFO its lex range. Written by a producer while the store
+-- is still at format 1 (MODE: a rolling deploy, before `fairqueue upgrade`), read by the
+-- upgrade (upgrade_fifo.lua).
+local function legacy_member(account, seq, job_id)
   return account .. '|' .. seq .. '|' .. job_id
 end
 
--- The ZRANGEBYLEX bounds of one account's members ("}" sorts right after "|").
-local function member_range(account)
-  return '[' .. account .. '|', '(' .. account .. '}'
+-- Where a ready job waits: its account's FIFO and its member there (format 1: the queue's set).
+local function ready_place(qk, account, seq, job_id)
+  if FORMAT1 then
+    return qk.ready, legacy_member(account, seq, job_id)
+  end
+  return fifo_key(qk, account), ready_member(seq, job_id)
 end
 
-local function split_member(member)
+-- A format-1 ready member's account, seq and job id.
+local function split_legacy_member(member)
   return string.match(member, '^([^|]*)|([^|]*)|(.*)$')
+end
+
+local function legacy_range(account)
+  return '[' .. account .. '|', '(' .. account .. '}'
 end
 
 local function hget_number(key, field)

@@ -50,8 +50,8 @@ local function write_job(job_id, job)
   redis.call('HSET', K_RECORDS, job_id, make_record(job))
 end
 
--- A business key's marker (records.Marker) is JSON: state "pending" (a job holds the key and
--- has not started), "started" (a delivery was handed to a worker: the side effect may have
+-- A business key's marker (records.Marker) is "p account|job_id" while pending (a job holds the
+-- key and has not started; the account named as below; JSON before format 2), else JSON: "started" (a delivery was handed to a worker: the side effect may have
 -- begun) or "done"; the job holding it; when; and external_id when ``external`` (a JSON string
 -- literal made by records.marker_external_id, so Python's own escapes survive byte for byte)
 -- is given. A finished job's marker expires after the retention: a key string with a time to
@@ -62,6 +62,9 @@ end
 -- A marker names its account (for a reshard to find it) only in a sharded store: 20 bytes a key
 -- that a store of one shard does not need (a reshard copies an unnamed done marker everywhere).
 local function make_marker(state, job_id, external, at, account)
+  if state == 'pending' and not FORMAT1 then  -- short: one is held by every waiting job
+    return 'p ' .. (account or '') .. '|' .. job_id
+  end
   local tail = (external and external ~= '') and (',"external_id":' .. external) or ''
   local owner = account and (',"account":"' .. account .. '"') or ''
   return '{"state":"' .. state .. '","job_id":' .. cjson.encode(job_id) .. ',"at":' ..
@@ -70,16 +73,27 @@ end
 
 -- The account (encoded) a marker names, or nil (a marker written before they named it).
 local function marker_account(marker)
+  local short = string.match(marker or '', '^p ([^|]*)|')
+  if short then
+    return short ~= '' and short or nil
+  end
   local ok, decoded = pcall(cjson.decode, marker or '')
   return ok and type(decoded) == 'table' and type(decoded.account) == 'string' and
          decoded.account or nil
 end
 
 local function marker_state(marker)
+  if marker and string.sub(marker, 1, 2) == 'p ' then
+    return 'pending'
+  end
   return marker and string.match(marker, '^{"state":"(%a+)"')
 end
 
 local function marker_holder(marker)
+  local short = string.match(marker, '^p [^|]*|(.*)$')
+  if short then
+    return short
+  end
   local ok, decoded = pcall(cjson.decode, marker)
   return ok and type(decoded) == 'table' and decoded.job_id or nil
 end

@@ -127,8 +127,7 @@ end
 
 -- Whether the account has ready jobs in the queue.
 local function has_ready(qk, account)
-  local low, high = member_range(account)
-  return redis.call('ZRANGEBYLEX', qk.ready, low, high, 'LIMIT', 0, 1)[1] ~= nil
+  return redis.call('EXISTS', fifo_key(qk, account)) == 1
 end
 
 -- Back into the rotation if it has ready jobs, else out of the queue's state entirely. An account
@@ -145,14 +144,16 @@ end
 
 -- A job joins its account's FIFO (ordered by seq); the account joins the rotation unless it is
 -- already there, deferred by its limit (or at its concurrency cap) or paused by an operator.
--- ``alone``: the caller knows the account had no ready job in the queue (else it has a state
--- already, and nothing more is asked).
+-- ``alone``: false when the caller knows the account had ready jobs in the queue (so it has a
+-- state already, and nothing more is asked). Returns whether the account joined.
 local function make_ready(qk, account, seq, job_id, alone)
-  redis.call('ZADD', qk.ready, 0, ready_member(account, seq, job_id))
-  if alone ~= false and not redis.call('HGET', qk.state, account) then
-    redis.call('HSET', qk.state, account, 'r')
+  local key, member = ready_place(qk, account, seq, job_id)
+  redis.call('ZADD', key, 0, member)
+  if alone ~= false and redis.call('HSETNX', qk.state, account, 'r') == 1 then
     join_rotation(qk, account)
+    return true
   end
+  return false
 end
 
 -- A job waits for its time (eta, countdown, backoff); ndelayed counts it for its account. When
@@ -243,7 +244,23 @@ local function next_tag(tag, weight)
   return tag + math.floor(VIRTUAL_TURN / weight + 0.5)
 end
 
--- The account's head job leaves ready; the account goes on in the rotation at ``tag`` if it has
+-- The account's head job leaves its FIFO (the claim takes it, mostly) and the next one stays:
+-- popping two and putting the second back costs an account's last job one command. Returns the
+-- head (nil: none is ready), whether more wait, and a function that puts the head back where
+-- it was (a head the claim does not take keeps its place) and returns its arguments.
+local function pop_head(qk, account)
+  local fifo = fifo_key(qk, account)
+  local heads = redis.call('ZPOPMIN', fifo, 2)
+  if heads[3] then
+    redis.call('ZADD', fifo, 0, heads[3])
+  end
+  return heads[1], heads[3] ~= nil, function(...)
+    redis.call('ZADD', fifo, 0, heads[1])
+    return ...
+  end
+end
+
+-- The account's head job has left its FIFO (pop_head); the account goes on in the rotation at ``tag`` if it has
 -- ``more``, else leaves it and remembers ``tag`` (finish: join_rotation; written when the claim
 -- ends, in one ZADD, and not at all when the claim finds the rotation empty, which forgets the
 -- finish tags: see leave_tags). ``held``: this job took the account to its limit (its last
@@ -251,8 +268,7 @@ end
 -- and the caller defers it; left in, it would come up at its next turn only to be skipped, a
 -- wasted step of every claim per job of it. ``qk.weight_change`` is the claim's running sum of
 -- the rotation's weight change.
-local function take_head(qk, account, head, more, tag, held, weight)
-  redis.call('ZREM', qk.ready, head)
+local function take_head(qk, account, more, tag, held, weight)
   if more then
     if held then
       redis.call('ZADD', qk.finish, tag, account)

@@ -5,9 +5,9 @@ The sub-commands and their reports are those of ``celery -A proj fairqueue`` (re
 deletes those past their retention. Replay, purge,
 pause, resume, cancel and run-now act on behalf of a user (``--user``) who must hold the
 permission the admin asks for, so being able to run the project's management commands is not
-enough to change anything; ``reshard`` needs a superuser. ``celery -A proj fairqueue`` is the
-operator's tool instead: whoever can run it reaches Redis directly, so it checks no users (and
-asks before it purges).
+enough to change anything; ``reshard`` and ``upgrade`` need a superuser. ``celery -A proj
+fairqueue`` is the operator's tool instead: whoever can run it reaches Redis directly, so it
+checks no users (and asks before it purges).
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ from celery_fairqueue.reports import (
 )
 from celery_fairqueue.settings import settings_for
 from celery_fairqueue.store import ConsoleReader, DeadLetters, StoreInspector, store_for
+from celery_fairqueue.store.shards.format_upgrade import FormatUpgrader, UpgradeError
+from celery_fairqueue.store.shards.format_upgrade import describe as describe_upgrade
 from celery_fairqueue.store.shards.reshard import Resharder, ReshardError, describe
 from celery_fairqueue.tables import duration, render
 
@@ -173,6 +175,16 @@ class Command(BaseCommand):
                              "worker and producer to read the move (default: twice "
                              "fairqueue_shards_check_interval and 5 s).")
         reshard.add_argument("--user", required=True,
+                             help="Act as this user, who must be an active superuser.")
+
+        upgrade = commands.add_parser(
+            "upgrade", help="Convert a store an earlier celery-fairqueue wrote (layout format "
+                            "1) while workers and producers run (needs --user, a superuser; "
+                            "docs/deployment.md).")
+        upgrade.add_argument("--timeout", type=float, help="Most seconds to wait for every "
+                             "worker and producer to read each step (default: twice "
+                             "fairqueue_shards_check_interval and 5 s).")
+        upgrade.add_argument("--user", required=True,
                              help="Act as this user, who must be an active superuser.")
 
         dlq = commands.add_parser("dlq", help="Dead letters: list, show, replay, purge.")
@@ -375,6 +387,17 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         for line in describe(report):
             self.stdout.write(line)
+
+    def upgrade(self, options: dict[str, Any]) -> None:
+        user = self.user(options["user"])
+        if not (user.is_active and user.is_superuser):
+            raise PermissionDenied(f"{user} is not an active superuser")
+        try:
+            report = FormatUpgrader(settings_for(celery_app()), timeout=options["timeout"],
+                                    say=self.stdout.write).run()
+        except (UpgradeError, ConfigurationError) as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(describe_upgrade(report))
 
     def user(self, username: str) -> Any:
         try:

@@ -1,0 +1,153 @@
+"""Upgrading a live store from layout format 1 to 2 (store/shards/format_upgrade.py).
+
+The store of format 1 is written and worked by the release before format 2, its own code out of
+the repository's history (tests/harness/format1.py): pending, delayed, leased (its worker gone),
+deferred and dead-lettered jobs. Processes of this version run beside it during the deploy and
+through the upgrade; nothing is lost, nothing runs twice, no conversion call is slow."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from celery_fairqueue.envelope import Envelope
+from celery_fairqueue.limits import AccountLimit
+from celery_fairqueue.protocol import delivery_id
+from celery_fairqueue.settings import FairqueueSettings
+from celery_fairqueue.store.formats.keys import Keys
+from celery_fairqueue.store.shards.format_upgrade import FormatUpgrader
+from celery_fairqueue.store.shards.opening import open_store
+from celery_fairqueue.store.shards.sharded import ShardedStore
+from tests.harness.format1 import Format1Process, format1_tree
+
+ROOT = Path(__file__).resolve().parents[2]
+NO_LIMIT = AccountLimit().pack(0)
+READY = "{fairqueue}:queue:default:ready"  # format 1's ready set
+SLOW_US = 50_000  # the longest a conversion call may take Redis: 50 ms
+
+
+@pytest.fixture(scope="module")
+def format1_code(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not (ROOT / ".git").exists():
+        pytest.skip("the old release's code comes out of the repository's history")
+    return format1_tree(tmp_path_factory.mktemp("format1"))
+
+
+def settings(url: str) -> FairqueueSettings:
+    return FairqueueSettings(redis_url=url, shards_check_interval=1.0, lease_seconds=30.0)
+
+
+def put(store: ShardedStore, name: str, key: str | None = None) -> str:
+    account = f"acct-{zlib.crc32(name.encode()) % 50}"
+    envelope = Envelope(body="[[], {}, {}]", headers={"task": "t", "id": name,
+                                                        "fairqueue_account": account})
+    return store.enqueue(queue="default", account=account, job_id=delivery_id(name, 0),
+                         envelope=envelope.to_json(), job_key=key or f"newkey-{name}").job_id
+
+
+def drain(store: ShardedStore, expect: int, timeout: float = 60.0) -> list[str]:
+    """Claim and ack until ``expect`` jobs ran (reaping the dead worker's leases); their ids."""
+    ran: list[str] = []
+    give_up = time.monotonic() + timeout
+    while len(ran) < expect and time.monotonic() < give_up:
+        leases = store.claim(["default"], 50, "new-worker", NO_LIMIT).leases
+        for lease in leases:
+            assert store.ack(lease)
+            ran.append(lease.job_id)
+        if not leases:
+            store.reap()
+            time.sleep(0.05)
+    return ran
+
+
+def test_a_store_of_format_1_is_upgraded_live_losing_and_repeating_nothing(
+        format1_code, redis_server_factory):
+    server = redis_server_factory(slowlog_log_slower_than=str(SLOW_US))
+    client = server.client(decode_responses=True)
+    old = Format1Process(format1_code, server.url)
+    left = old.run("fill", jobs=3000, accounts=200, delayed_every=10, delay=2.0, leased=30,
+                   dead=5, limited=3, lease=1.0)
+    stored = {delivery_id(f"old-{n}", 0) for n in range(3000)} - set(left["dead"])
+
+    # this version beside the old one, the store still at format 1
+    producer, worker = open_store(settings(server.url)), open_store(settings(server.url))
+    assert worker.claim(["default"], 10, "new-worker", NO_LIMIT).leases == []
+    assert worker.layout_format == "1"
+    before = client.zcard(READY)
+    mine = {put(producer, f"new-{n}") for n in range(100)}
+    assert client.zcard(READY) == before + 100  # written as format 1 did, for the old workers
+    assert not client.keys("{fairqueue}:queue:default:f:*")
+    again = put(producer, "dup-of-old", key="key-7")  # held by an old pending marker
+    assert again == delivery_id("old-7", 0)
+    old_ran = old.run("work", seconds=1.5)["ran"]  # the old workers run old and new jobs
+    assert old_ran
+
+    # the upgrade, producers of this version enqueuing all along
+    live: list[str] = []
+    stop = threading.Event()
+
+    def enqueue_live() -> None:
+        while not stop.is_set():
+            live.append(put(producer, f"live-{len(live)}"))
+            time.sleep(0.005)
+
+    feeder = threading.Thread(target=enqueue_live)
+    feeder.start()
+    client.slowlog_reset()
+    try:
+        lines: list[str] = []
+        report = FormatUpgrader(settings(server.url), timeout=20, settle=0.3, batch=100,
+                                say=lines.append).run()
+    finally:
+        stop.set()
+        feeder.join()
+    assert client.get("{fairqueue}:format") == "2" and not client.exists(READY)
+    assert report.jobs > 0 and report.queues == 1
+    assert client.slowlog_get(128) == []  # no call of the upgrade's took Redis 50 ms
+
+    expected = (stored | mine | set(live)) - set(old_ran)
+    ran = drain(worker, len(expected))
+    assert Counter(ran).most_common(1)[0][1] == 1  # none twice
+    assert set(ran) == expected  # none lost
+    assert not set(ran) & set(old_ran)
+    # a business key done before and after the upgrade still dedupes
+    assert put(producer, "again-8", key="key-8") == delivery_id("old-8", 0)
+
+
+def test_a_conversion_killed_halfway_is_finished_by_a_rerun(format1_code, redis_server_factory):
+    server = redis_server_factory()
+    client = server.client(decode_responses=True)
+    Format1Process(format1_code, server.url).run("fill", jobs=20000, accounts=200)
+    ready = client.zcard(READY)
+    script = ("import sys; from celery_fairqueue.settings import FairqueueSettings; "
+              "from celery_fairqueue.store.shards.format_upgrade import FormatUpgrader; "
+              "FormatUpgrader(FairqueueSettings(redis_url=sys.argv[1], "
+              "shards_check_interval=1.0), settle=0, batch=20).run()")
+    upgrade = subprocess.Popen([sys.executable, "-c", script, server.url], cwd=ROOT,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        give_up = time.monotonic() + 60
+        while client.zcard(READY) > ready * 0.7 and time.monotonic() < give_up:
+            time.sleep(0.01)
+    finally:
+        os.kill(upgrade.pid, signal.SIGKILL)
+        upgrade.wait()
+    assert client.get("{fairqueue}:format") == "1>2"
+    assert 0 < client.zcard(READY) < ready  # killed halfway
+
+    FormatUpgrader(settings(server.url), timeout=20, settle=0).run()
+    assert client.get("{fairqueue}:format") == "2" and not client.exists(READY)
+    worker = open_store(settings(server.url))
+    ran = drain(worker, 20000)
+    assert len(ran) == len(set(ran)) == 20000
+    assert set(ran) == {delivery_id(f"old-{n}", 0) for n in range(20000)}
+    assert not client.keys(Keys().queue("default").fifo("*"))

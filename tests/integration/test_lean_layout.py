@@ -1,0 +1,74 @@
+"""The lean layout (format 2): each account's ready jobs in a small sorted set of its own, a
+pending job's business-key marker short, on a real redis-server."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from celery_fairqueue.envelope import Envelope
+from celery_fairqueue.limits import AccountLimit
+from celery_fairqueue.protocol import delivery_id, encode_id
+from tests.harness.store_tools import claim_jobs
+
+from .conftest import put
+
+NO_LIMIT = AccountLimit().pack(0)
+TOKEN = "worker-1"
+
+
+def test_an_accounts_fifo_is_a_small_key_of_its_own_gone_when_empty(store):
+    for n in range(100):
+        put(store, "acme", n)
+    fifo = store.keys.queue("default").fifo(encode_id("acme"))
+    assert store.client.zcard(fifo) == 100
+    assert store.client.object("encoding", fifo) in ("listpack", b"listpack")
+    first = store.client.zrange(fifo, 0, 0)[0]
+    assert str(first.decode() if isinstance(first, bytes) else first).endswith("|acme-0:0")
+    while leases := claim_jobs(store, ["default"], 50, TOKEN, NO_LIMIT):
+        for lease in leases:
+            store.ack(lease)
+    assert not store.client.exists(fifo)
+
+
+def test_a_head_the_claim_does_not_take_keeps_its_place(store):
+    """The claim pops an account's head before it asks the limits and pauses: a head it does
+    not take (here, the account paused) goes back, and the FIFO is as it was."""
+    ids = [put(store, "acme", n, priority=n % 2) for n in range(4)]
+    fifo = store.keys.queue("default").fifo(encode_id("acme"))
+    before = store.client.zrange(fifo, 0, -1)
+    store.pause("acme", "default")
+    assert claim_jobs(store, ["default"], 5, TOKEN, NO_LIMIT) == []
+    assert store.client.zrange(fifo, 0, -1) == before
+    store.resume("acme", "default")
+    taken = [lease.job_id for lease in claim_jobs(store, ["default"], 5, TOKEN, NO_LIMIT)]
+    assert taken == [ids[0], ids[2], ids[1], ids[3]]  # priority, then arrival
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(task_id=st.text(min_size=1, max_size=60).filter(lambda t: "\x00" not in t))
+def test_a_short_pending_marker_dedupes_any_job_id(store, task_id):
+    """``p account|job_id``: the job id is last, whatever it holds (``|``, spaces, braces)."""
+    store.client.flushdb()
+    envelope = Envelope(body="[[], {}, {}]", headers={"task": "t", "id": task_id,
+                                                        "fairqueue_account": "acme"}).to_json()
+    first = store.enqueue(queue="default", account="acme", job_id=delivery_id(task_id, 0),
+                          envelope=envelope, job_key="the-key")
+    again = store.enqueue(queue="default", account="acme", job_id=delivery_id("other", 0),
+                          envelope=envelope, job_key="the-key")
+    assert first.created and not again.created
+    assert again.job_id == delivery_id(task_id, 0)
+    raw = store.client.get(store.keys.job_key("the-key"))
+    assert (raw.decode() if isinstance(raw, bytes) else raw) == f"p |{delivery_id(task_id, 0)}"
+    assert store.marker("the-key").state == "pending"
+
+
+@pytest.mark.parametrize("shards", [2])
+def test_a_sharded_stores_pending_marker_names_its_account(make_store, shards):
+    store = make_store(shards=shards)
+    put(store, "acme", 1, job_key="k1")
+    shard = store.shard_for("acme")
+    raw = shard.client.get(shard.keys.job_key("k1"))
+    assert (raw.decode() if isinstance(raw, bytes) else raw) == "p acme|acme-1:0"
