@@ -3,6 +3,8 @@ pending job's business-key marker short, on a real redis-server."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -72,3 +74,22 @@ def test_a_sharded_stores_pending_marker_names_its_account(make_store, shards):
     shard = store.shard_for("acme")
     raw = shard.client.get(shard.keys.job_key("k1"))
     assert (raw.decode() if isinstance(raw, bytes) else raw) == "p acme|acme-1:0"
+
+
+def test_the_jobs_ever_stored_are_counted_without_a_counter_per_enqueue(store):
+    """``enqueued`` is the jobs held and those that left (acked, cancelled, expired, rejected),
+    read at once: each delivery once, whatever became of it."""
+    put(store, "acme", 0)
+    put(store, "acme", 1)
+    put(store, "acme", 2, expires=time.time() - 1)  # dropped by the claim, never run
+    put(store, "acme", 3)
+    put(store, "acme", 4)
+    put(store, "acme", 4)  # the same delivery again: stored once
+    assert store.cancel("acme-3") == ["acme-3:0"]
+    leases = claim_jobs(store, ["default"], 5, TOKEN, NO_LIMIT)
+    assert [lease.job_id for lease in leases] == ["acme-0:0", "acme-1:0", "acme-4:0"]
+    store.ack(leases[0])
+    store.reject(leases[1], "undecodable")
+    assert store.stats()["enqueued"] == 5
+    assert {name: store.stats().get(name) for name in ("acked", "cancelled", "expired")} == \
+        {"acked": 1, "cancelled": 1, "expired": 1}

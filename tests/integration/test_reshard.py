@@ -150,6 +150,8 @@ def test_a_reshard_under_load_killed_midway_is_finished_by_a_rerun(
     assert {key: n for key, n in counts.items() if n > 1} == {}
     assert redis_client.lrange("half_moved", 0, -1) == []
     assert wait_until(lambda: placed(redis_client, 16) == {}, timeout=20)
+    # each delivery counted once, on whichever shard it ran (shard.py's stats)
+    assert open_store(settings(redis_server.url, 16)).stats()["enqueued"] == len(expected)
 
 
 @pytest.mark.xdist_group("cpu-b")  # keeps a core busy: see tests/harness/parallel.py

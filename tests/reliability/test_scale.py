@@ -14,10 +14,12 @@ ACCOUNTS = 100_000
 #: (a minimal message; docs/performance.md gives the figures of a real job, from bench.memory).
 MAX_BYTES_PER_JOB = 1024
 #: What stays in Redis when every job is done and its key's retention has passed (the registry
-#: of live workers while a worker runs, and the live processes' readings of the store's layout).
+#: of live workers while a worker runs, the live processes' readings of the store's layout,
+#: and its format).
 BOOKKEEPING = {"{fairqueue}:queues", "{fairqueue}:stats",
                "{fairqueue}:instance", "{fairqueue}:workers", "{fairqueue}:workerinfo",
-               "{fairqueue}:layoutreaders", "{fairqueue}:layoutseen"}
+               "{fairqueue}:layoutreaders", "{fairqueue}:layoutseen", "{fairqueue}:format",
+               "{fairqueue}:formatseen"}
 #: A queue's wake-up keys: its doorbell and its keeper's clock (each at most one ring nobody
 #: took yet) and its time keeper's lease (while a worker lives).
 WAKE_UPS = {"{fairqueue}:queue:celery:bell", "{fairqueue}:queue:celery:clock",

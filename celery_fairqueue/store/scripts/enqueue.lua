@@ -27,10 +27,10 @@
 -- one), 3 the dead letter to replay is gone (replayed or purged already), 4 the account has
 -- [11] waiting jobs, 5 the store holds [12] jobs, 6 past the producer's deadline, 7 the
 -- account moved to the shard whose index is job_id (a reshard); nothing is stored for 3 to 7.
--- Cost, a new job with a business key into an account with ready jobs: 7 commands (TIME,
--- HSETNX, SET, ZCARD of its FIFO for the bound (none without one), HINCRBY of the enqueued
--- counter, ZADD, and XADD or, when the caller has not seen the recorder's stream, EXISTS); in a
--- sharded store, one more (HGET of the moved accounts).
+-- Cost, a new job with a business key into an account with ready jobs: 6 commands (TIME,
+-- HSETNX, SET, ZCARD of its FIFO for the bound (none without one), ZADD, and XADD or, when the
+-- caller has not seen the recorder's stream, EXISTS); in a sharded store, one more (HGET of
+-- the moved accounts). No counter: the jobs ever stored are derived (shard.py's stats).
 -- include: keys events records rotation shards
 -- The producer builds what it can (the record but its seq, the encoded names): the script
 -- reads Redis's clock, checks and writes.
@@ -177,7 +177,6 @@ if dedupe == '1' then
   end
 end
 take_letter()
-redis.call('HINCRBY', K_STATS, 'enqueued', 1)
 emit('e', 'enqueued', 'job', job_id, 'q', queue, 'a', account, 'k', job_key, 't', ARGV[8],
      'args', ARGV[9], 'at', now_text(), 'due', due > now and ARGV[5] or now_text())
 -- the store's known queues: named by a job that may be the first of its queue (a delayed one, or

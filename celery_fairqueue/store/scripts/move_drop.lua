@@ -17,4 +17,7 @@ for _, job_id in ipairs(ARGV) do
     dropped = dropped + 1
   end
 end
+if dropped > 0 then
+  redis.call('HINCRBY', K_STATS, 'moved_out', dropped)  -- (shard.py's stats)
+end
 return dropped

@@ -65,4 +65,7 @@ section(3, function(name, value, ttl)
     redis.call('SET', tag .. name, value)
   end
 end)
+if stored > 0 then
+  redis.call('HINCRBY', K_STATS, 'moved_in', stored)  -- (shard.py's stats)
+end
 return stored

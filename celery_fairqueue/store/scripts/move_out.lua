@@ -33,6 +33,7 @@ for _, entry in ipairs(jobs) do
     redis.call('ZREM', fifo_key(qk, job.account), ready_member(job.seq, job_id))
     take_delayed(qk, job.account, job_id)
     redis.call('HDEL', K_RECORDS, job_id)
+    redis.call('HINCRBY', K_STATS, 'moved_out', 1)  -- (shard.py's stats)
   else
     vanished[#vanished + 1] = job_id
   end

@@ -24,6 +24,11 @@ from .fifos import ready_jobs
 RECORDS_CHUNK = 500
 #: How long a producer goes on with its count of the fleet (FairStore.fleet_size).
 FLEET_SIZE_SECONDS = 10.0
+#: The counters of the jobs that left the shard, each counting its HDEL of a record: acked by
+#: their worker, cancelled, dropped past Celery's expires, dead-lettered by a claim or a
+#: reject, moved to another shard by a reshard (less those it moved in: a job counts once in
+#: the store, on the shard it was stored on, whichever holds it when the counts are read).
+LEFT_STORE = ("acked", "cancelled", "expired", "poisoned", "moved_out")
 
 
 class FairStore(Jobs, Fleet, Operator, SlowDowns):
@@ -206,7 +211,14 @@ class FairStore(Jobs, Fleet, Operator, SlowDowns):
         return counts
 
     def stats(self) -> dict[str, int]:
-        return {str(k): int(v) for k, v in self.client.hgetall(self.keys.stats).items()}
+        """The store's counters (Keys.stats). ``enqueued``, the deliveries ever stored, is
+        not counted at each enqueue (a command a job saved): it is the jobs held now and those
+        that left the store (LEFT_STORE), read at once (stats.lua)."""
+        held, counters = self._run("stats", [], [])
+        stats = {str(k): int(v) for k, v in zip(counters[::2], counters[1::2], strict=True)}
+        stats["enqueued"] = int(held) + sum(stats.get(name, 0) for name in LEFT_STORE) - \
+            stats.get("moved_in", 0)
+        return stats
 
     def check_shards(self) -> None:
         """A shard of a routing store (sharded.py) asks its home, which reads the store's
