@@ -3,6 +3,8 @@
 - ``step.py``: the consumer bootstep ``install`` adds; it starts the dispatcher.
 - ``dispatcher.py``: claims fair jobs for free slots (one ``claim`` call, its acks riding
   along) and hands them to Celery's own task handler; the decisions are the store's.
+- ``layout_gate.py``: whether the store's layout lets the worker claim yet (an upgrade to
+  come, or jobs of a layout this version does not read).
 - ``doorbell.py``: how an idle worker waits for work (one ring wakes one worker) and who keeps
   a queue's time.
 - ``channel.py``: a lease as the kombu message Celery receives; its ack, reject and requeue

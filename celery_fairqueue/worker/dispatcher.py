@@ -26,10 +26,11 @@ from celery.worker import state as worker_state
 from ..errors import FairqueueError, StoreLayoutError
 from ..settings import settings_for
 from ..store import GIVE_BACK_SECONDS, Lease, WorkerRegistration, display_url, open_store
+from ..store.shards.sharded import FORMAT_WAIT_SECONDS
 from ..store.writers.leases import lost_before_settled
-from ..store.writers.upgrade import require_current_layout
 from .channel import lease_message, read_envelope
 from .doorbell import Doorbell, drain
+from .layout_gate import layout_ready
 from .outage import Outage
 
 logger = logging.getLogger(__name__)
@@ -95,14 +96,21 @@ class FairDispatcher:
             self._maintainer = threading.Thread(
                 target=self._maintain, name="fairqueue-maintenance", daemon=True)
             self._maintainer.start()
-        if self.doorbell is None:
-            self.doorbell = Doorbell(self.store, self.queues, self.wake)
-            self.doorbell.idle.set()
-            self.doorbell.start()
+        if self._layout_checked:
+            self._ring_in()
         logger.info("fairqueue: claiming fair jobs from queues %s of %s as %s",
                     ", ".join(self.queues), display_url(self.settings.redis_url or ""),
                     self.token)
         self.wake()
+
+    def _ring_in(self) -> None:
+        """Wait on the queues' doorbells (and keep their time, if the heartbeat says so) from
+        now on: once the store's layout is this version's, not while a worker of an earlier
+        version may still need each ring (doorbell.py)."""
+        if self.doorbell is None:
+            self.doorbell = Doorbell(self.store, self.queues, self.wake)
+            self.doorbell.idle.set()
+            self.doorbell.start()
 
     def stop(self) -> None:
         """Stop claiming; running jobs still settle through the channel."""
@@ -233,22 +241,11 @@ class FairDispatcher:
             self._claim_at(claim.next_due)
 
     def _check_layout(self) -> bool:
-        """Whether the store's layout is this version's (store/writers/upgrade.py), asked once
-        before the first claim, which adopts the previous layout's idempotency records; False while
-        the store cannot be reached (the next claim asks again). Raises StoreLayoutError while
-        the store holds jobs of the previous layout."""
-        try:
-            self.store.check_shards()
-            adopted = require_current_layout(self.store)
-        except StoreLayoutError:
-            raise
-        except FairqueueError as exc:
-            self._claims.failed(exc)
-            return False
-        if adopted:
-            logger.info("fairqueue: adopted the idempotency records of %d business keys from "
-                        "the previous store layout", adopted)
-        return True
+        """Whether the worker may claim yet (layout_gate.py); if not, asked again soon."""
+        if layout_ready(self.store, self._claims):
+            return True
+        self._claim_at(FORMAT_WAIT_SECONDS)
+        return False
 
     def _check_layout_late(self) -> bool:
         """:meth:`_check_layout` at a claim, the store having been out of reach at start: a
@@ -260,6 +257,8 @@ class FairDispatcher:
             logger.critical("fairqueue: this worker stops: %s", exc)
             self.claiming = False
             worker_state.should_stop = EX_FAILURE
+        if self._layout_checked:
+            self._ring_in()
         return self._layout_checked
 
     def _claim_at(self, delay: float) -> None:
@@ -423,7 +422,8 @@ class FairDispatcher:
                 if now - last_beat >= s.heartbeat_interval:
                     last_beat, asked = now, True
                     leased = [*self.held, *(ack.job_id for ack in list(self._acks))]
-                    beat = self.store.beat(self.token, self.registration(), leased)
+                    beat = self.store.beat(self.token, self.registration(), leased,
+                                           keeping=self.doorbell is not None)
                     if self.doorbell is not None:
                         self.doorbell.kept(beat.keeps, beat.clock_offset)
                     self._check_instance(beat.instance)

@@ -20,6 +20,7 @@ def fair_test_conf() -> dict:
         "fairqueue_max_deliveries": int(os.environ.get("FQ_MAX_DELIVERIES", "10")),
         "fairqueue_job_retention": float(os.environ.get("FQ_JOB_RETENTION", "86400")),
         "fairqueue_shards": int(os.environ.get("FQ_SHARDS", "1")),
+        "fairqueue_shards_check_interval": float(os.environ.get("FQ_SHARDS_CHECK_SECONDS", "60")),
     }
 
 

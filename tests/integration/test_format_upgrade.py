@@ -32,6 +32,7 @@ from tests.harness.format1 import Format1Process, format1_tree
 ROOT = Path(__file__).resolve().parents[2]
 NO_LIMIT = AccountLimit().pack(0)
 READY = "{fairqueue}:queue:default:ready"  # format 1's ready set
+CELERY_READY = "{fairqueue}:queue:celery:ready"
 SLOW_US = 50_000  # the longest a conversion call may take Redis: 50 ms
 
 
@@ -151,3 +152,61 @@ def test_a_conversion_killed_halfway_is_finished_by_a_rerun(format1_code, redis_
     assert len(ran) == len(set(ran)) == 20000
     assert set(ran) == {delivery_id(f"old-{n}", 0) for n in range(20000)}
     assert not client.keys(Keys().queue("default").fifo("*"))
+
+
+def test_a_worker_waits_for_the_upgrade_then_runs_what_waited(
+        fair, fair_store, celery_worker_factory, redis_client, redis_url, ledger):
+    """A worker of this version on a store at format 1 claims nothing, says why once, keeps no
+    queue's time and takes no ring (the old workers need them); once upgraded, it runs every
+    job the producers of this version wrote as format 1 did, meanwhile."""
+    redis_client.set("{fairqueue}:format", "1")  # as a store an earlier version wrote reads
+    fair_store.reading.read_now()
+    try:
+        results = [fair.job.delay("acme", n) for n in range(3)]
+    finally:  # this producer stops: its reading goes (the next test's reads the store again)
+        fair_store.reading.read_now()
+        redis_client.zrem("{fairqueue}:layoutreaders", fair_store.reading.process_id)
+    assert redis_client.zcard(CELERY_READY) == 3
+    worker = celery_worker_factory("tests.apps.fair", concurrency=2,
+                                   env={"FQ_SHARDS_CHECK_SECONDS": "1"})
+    worker.wait_for_log("claims no job until", timeout=15)
+    time.sleep(1.5)  # a claim every second meanwhile: none takes a job
+    assert ledger.counts() == {} and redis_client.zcard(CELERY_READY) == 3
+    assert not redis_client.exists("{fairqueue}:queue:celery:keeper")
+    FormatUpgrader(settings(redis_url), timeout=20, settle=0.2).run()
+    assert [r.get(timeout=20) for r in results] == [0, 1, 2]
+    assert ledger.counts() == {f"acme:{n}": 1 for n in range(3)}
+    assert worker.log_tail(10_000).count("claims no job until") == 1
+
+
+def test_jobs_a_producer_of_an_earlier_version_writes_after_the_upgrade_still_run(
+        format1_code, redis_server_factory):
+    """One that stayed up (idle past its check interval, so the upgrade did not see it) still
+    writes format 1's set: the claim takes an account's jobs from there when its FIFO is empty
+    (pop_head in lib/rotation.lua), and a member whose job left meanwhile is dropped."""
+    server = redis_server_factory()
+    client = server.client(decode_responses=True)
+    old = Format1Process(format1_code, server.url)
+    old.run("fill", jobs=40, accounts=4)
+    FormatUpgrader(settings(server.url), timeout=20, settle=0).run()
+    old.run("fill", jobs=60, accounts=4)  # old-0 .. old-59 again: 40 stored already, 20 new
+    assert client.zcard(READY) == 20
+    new = open_store(settings(server.url))
+    cancelled = new.cancel("old-41")  # its member stays in format 1's set
+    assert cancelled == [delivery_id("old-41", 0)]
+    ran = drain(new, 59)
+    assert sorted(ran) == sorted({delivery_id(f"old-{n}", 0) for n in range(60)} -
+                                 {delivery_id("old-41", 0)})
+    assert not client.exists(READY)
+    assert new.stats()["enqueued"] == 60 and "poisoned" not in new.stats()
+
+
+def test_two_upgrades_at_once_never_move_the_store_back(redis_server_factory):
+    server = redis_server_factory()
+    client = server.client(decode_responses=True)
+    store = open_store(settings(server.url))
+    store.check_shards()
+    assert client.get("{fairqueue}:format") == "2"  # a new store
+    assert store._run("set_format", [], ["1", "1>2"]) == "2"  # an upgrade that read "1" late
+    assert client.get("{fairqueue}:format") == "2"
+    assert FormatUpgrader(settings(server.url)).run().done_before

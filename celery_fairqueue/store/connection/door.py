@@ -30,7 +30,7 @@ SCRIPT_NAMES = ("enqueue", "claim", "ack", "requeue", "reject", "reap", "apply_l
                 "emit", "take_dead", "restore_dead", "purge_dead", "give_back", "cancel", "pause",
                 "resume", "run_now", "register_worker", "heartbeat", "mark",
                 "set_default_limit", "queue_limit", "upgrade", "read_layout", "slow_down",
-                "lift_slow_down", "quota", "upgrade_fifo", "stats")
+                "lift_slow_down", "quota", "upgrade_fifo", "stats", "set_format")
 
 
 def wire(value: Any) -> Any:

@@ -1,6 +1,7 @@
 -- reap: return jobs whose lease expired (their worker died or hung) to ready, in FIFO place,
 -- and drop the registrations of workers that stopped beating; keep each queue's rotation
--- (see tend_rotation); and forget the provider's slow-downs that are over.
+-- (see tend_rotation); take in the jobs left in a queue's set of layout format 1
+-- (adopt_stranded); and forget the provider's slow-downs that are over.
 -- KEYS: global keys, then the keys of every known fair queue.
 -- ARGV: [1] batch size.
 -- Returns the number of jobs returned to ready.
@@ -41,7 +42,11 @@ local function tend_rotation(qk)
 end
 
 for i = 1, queue_count() do
-  tend_rotation(queue_keys(i))
+  local qk = queue_keys(i)
+  tend_rotation(qk)
+  if not FORMAT1 and redis.call('EXISTS', qk.ready) == 1 then
+    adopt_stranded(qk, batch)
+  end
 end
 
 -- the provider's slow-downs that are over go (a claim drops one when it comes by its scope;

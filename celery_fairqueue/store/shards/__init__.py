@@ -17,6 +17,9 @@ module outside it branches on whether the store is sharded.
 - ``quota.py``: a queue's shared limit, granted at the home to each claim.
 - ``reshard.py`` and ``account_move.py``: ``fairqueue reshard --to N``, one account at a time;
   ``fleet_wait.py``: it moves none before every process has read the move.
+- ``format_upgrade.py``: ``fairqueue upgrade``, a store of layout format 1 (one ready set a
+  queue, an earlier version's) converted live to format 2 (a FIFO an account), once every
+  process has read each step (``fleet_wait.py`` too).
 
 May import: formats, connection, writers.
 """

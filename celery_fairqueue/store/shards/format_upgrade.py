@@ -82,10 +82,14 @@ class FormatUpgrader:
         if held == "1":
             self._wait("no worker or producer of an earlier version to read the store",
                        lambda reading: reading.layout_format is None,
-                       "of an earlier version still read the store: stop them (or wait "
-                       "until they are drained), then run the upgrade again")
-            self.client.set(self.keys.layout_format, "1>2")
-            self.say("the store is at format 1>2: workers of this version wait for the conversion")
+                       "of an earlier version still read the store: stop them, then run the "
+                       "upgrade again")
+            held = self._set_format("1", "1>2")
+            if held == "1":
+                raise UpgradeError("a worker or producer of an earlier version read the store "
+                                   "meanwhile: stop it, then run the upgrade again")
+            self.say("the store is at format 1>2: workers of this version wait for the "
+                     "conversion")
         self._wait("every worker and producer to read '1>2'",
                    lambda reading: reading.layout_format not in ("1>2", "2"),
                    "did not read '1>2' yet: run the upgrade again once they have (each reads "
@@ -96,7 +100,7 @@ class FormatUpgrader:
             for name in sorted(text(raw) for raw in self.client.smembers(store.keys.queues)):
                 jobs += self._convert(store, decode_id(name))
                 queues += 1
-        self.client.set(self.keys.layout_format, "2")
+        self._set_format("1>2", "2")  # (or another upgrade run at once set it)
         self.say(f"the store is at format 2: {jobs} ready jobs of {queues} queue(s) converted")
         return UpgradeReport(jobs, queues, time.monotonic() - started)
 
@@ -108,14 +112,17 @@ class FormatUpgrader:
             raise UpgradeError(f"{len(behind)} worker(s) or producer(s) {refusal}: "
                                f"{'; '.join(behind[:20])}")
 
+    def _set_format(self, held: str, new: str) -> str:
+        """``held`` -> ``new`` in one step (set_format.lua); the format the store holds then."""
+        return str(self.home._run("set_format", [], [held, new]))
+
     def _convert(self, store: FairStore, queue: str) -> int:
-        """Convert one queue's format-1 ready set on ``store``, a batch a call; the jobs moved."""
-        moved = 0
-        while True:
-            done, left = store._run("upgrade_fifo", [store.keys.queue(queue)], [self.batch])
-            moved += int(done)
-            if int(left) == 0:
-                return moved
+        """Convert one queue's format-1 ready set on ``store``, a batch a call; the members it
+        took (a member whose job left meanwhile is dropped)."""
+        left = start = int(self.client.zcard(store.keys.queue(queue).ready))
+        while left:
+            left = int(store._run("upgrade_fifo", [store.keys.queue(queue)], [self.batch]))
+        return start
 
 
 def describe(report: UpgradeReport) -> str:

@@ -20,6 +20,7 @@ docs/deployment.md ("Resharding").
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import time
 from collections.abc import Callable, Collection, Iterable
@@ -100,7 +101,9 @@ class Resharder:
         if moving is not None and moving != self.to:
             raise ReshardError(f"a reshard from {old} to {moving} shards is under way: finish "
                                f"it first (`fairqueue reshard --to {moving}`)")
-        if text(self.client.get(self.keys.layout_format)) not in ("", "2"):
+        _, layout_format = self.home.read_layout(f"reshard:{os.getpid()}", "fairqueue reshard",
+                                                 1.0)
+        if layout_format != "2":
             raise ReshardError("the store's layout is not at format 2 yet: run `fairqueue "
                                "upgrade` first (docs/deployment.md)")
         if self.to < old:

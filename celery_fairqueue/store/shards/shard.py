@@ -81,6 +81,7 @@ class FairStore(Jobs, Fleet, Operator, SlowDowns):
     def lift_slow_down(self, account: str | None, queue: str) -> bool:
         """An operator ends the slow-down of ``account`` in ``queue`` (on its shard), or of
         ``queue`` (on every shard), now; False when none was held."""
+        self.check_shards()
         if account is not None:
             return self.shard_for(account).lift_slow_down_here(account, queue)
         return any([SlowDowns.lift_slow_down_here(shard, None, queue) for shard in self.shards])
@@ -216,9 +217,16 @@ class FairStore(Jobs, Fleet, Operator, SlowDowns):
         that left the store (LEFT_STORE), read at once (stats.lua)."""
         held, counters = self._run("stats", [], [])
         stats = {str(k): int(v) for k, v in zip(counters[::2], counters[1::2], strict=True)}
-        stats["enqueued"] = int(held) + sum(stats.get(name, 0) for name in LEFT_STORE) - \
+        enqueued = int(held) + sum(stats.get(name, 0) for name in LEFT_STORE) - \
             stats.get("moved_in", 0)
+        if enqueued:  # like a counter, absent until it counts one
+            stats["enqueued"] = enqueued
         return stats
+
+    def format_ready(self) -> bool:
+        """Whether a worker may claim: the store's layout is at format 2 (sharded.py reads it;
+        a FairStore of its own is a store of this version)."""
+        return self.home is self or self.home.format_ready()
 
     def check_shards(self) -> None:
         """A shard of a routing store (sharded.py) asks its home, which reads the store's

@@ -83,8 +83,7 @@ class ShardedStore(FairStore):
 
     def _follow_format(self, layout_format: str) -> None:
         """Write as the store's layout format says (format_upgrade.py): at "1", as earlier
-        versions did, for their workers; and claim only at "2" (``format_ready``), a worker
-        reading it again at every claim until then."""
+        versions did, for their workers; and claim only at "2" (``format_ready``)."""
         self.layout_format = layout_format
         for store in (self, *self.shards):
             store.set_format1(layout_format == "1")
@@ -201,11 +200,9 @@ class ShardedStore(FairStore):
         ``acks`` on their own shards (sharded_claim.py). ``tick`` with no ``want``: the time
         keeper's claim of nothing on each shard whose due time came (Jobs.claim). The grants
         of the queues' shared limits are its own to take (quota.py): ``grants`` is a shard's."""
-        if self.layout_format != "2":
-            self.reading.read_now()
         self.check_shards()
-        if not self.format_ready():
-            return Claim([], next_due=FORMAT_WAIT_SECONDS)
+        if not self.format_ready():  # its acks, if any, are sent again (never dropped)
+            return Claim([], next_due=FORMAT_WAIT_SECONDS, unsettled=list(acks))
         if len(self.shards) == 1:  # a store of one shard: its claim, as it is
             return self.shards[0].claim(queues, want, token, default_limit, first, acks,
                                         keeps_time=keeps_time, tick=tick)
@@ -220,7 +217,11 @@ class ShardedStore(FairStore):
     def format_ready(self) -> bool:
         """Whether this process may claim: the store's layout is at format 2. Until then (a
         store an earlier version wrote, its upgrade not run or not finished) a worker of
-        this version claims nothing, and says why once (format_upgrade.py)."""
+        this version claims nothing, and says why once (format_upgrade.py); it reads the format
+        again at each call meanwhile."""
+        if self.layout_format != "2":
+            self.reading.read_now()
+            self.check_shards()
         if self.layout_format == "2":
             return True
         if not self._told_format:
@@ -253,6 +254,7 @@ class ShardedStore(FairStore):
         FairStore.bury(shard, job_id, reason, record)
 
     def reap(self, batch: int = 500) -> int:
+        self.check_shards()  # each call that places a ready job writes the store's format
         return sum(FairStore.reap(shard, batch) for shard in self.shards)
 
     # -- the fleet -------------------------------------------------------------------------
@@ -296,6 +298,7 @@ class ShardedStore(FairStore):
     def set_default_limit(self, limit: AccountLimit, *, only_if_unset: bool = False
                           ) -> AccountLimit:
         """Set at the home shard, then copied to every other shard's claim."""
+        self.check_shards()
         held = FairStore.set_default_limit(self, limit, only_if_unset=only_if_unset)
         for shard in self.shards[1:]:
             shard.set_default_limit(held)
@@ -312,10 +315,12 @@ class ShardedStore(FairStore):
             return call(self.shards[moved.shard])
 
     def set_limit(self, account: str, limit: AccountLimit, queue: str | None = None) -> None:
+        self.check_shards()
         self._chooser.forget()
         self._on_account_shard(account, lambda shard: shard.set_limit(account, limit, queue))
 
     def clear_limit(self, account: str, queue: str | None = None) -> None:
+        self.check_shards()
         self._chooser.forget()
         self._on_account_shard(account, lambda shard: shard.clear_limit(account, queue))
 
@@ -368,16 +373,19 @@ class ShardedStore(FairStore):
             yield from shard.deliveries_of(task_id)
 
     def cancel(self, task_id: str) -> list[str]:
+        self.check_shards()
         shard = self.task_shard(task_id)
         return shard.cancel(task_id) if shard is not None else []
 
     def run_now(self, task_id: str) -> list[str]:
+        self.check_shards()
         self._chooser.forget()
         shard = self.task_shard(task_id)
         return shard.run_now(task_id) if shard is not None else []
 
     def purge(self, queues: Sequence[str] | None = None, batch: int = 1000,
               on_taken: Callable[[list[str]], None] | None = None) -> int:
+        self.check_shards()
         return sum(FairStore.purge(shard, queues, batch, on_taken) for shard in self.shards)
 
     def pause(self, account: str | None = None, queue: str | None = None, *, by: str = "",
@@ -394,6 +402,7 @@ class ShardedStore(FairStore):
 
     def resume(self, account: str | None = None, queue: str | None = None, *,
                thaw: bool = False) -> bool:
+        self.check_shards()
         self._chooser.forget()
         if account is not None:
             return self._on_account_shard(account, lambda shard: shard.resume(

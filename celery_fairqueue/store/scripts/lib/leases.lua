@@ -111,8 +111,9 @@ end
 -- whether the side effect already happened.
 local function dead_letter(job_id, job, reason, now)
   store_dead(job_id, reason, nil, now, job)
-  redis.call('HDEL', K_RECORDS, job_id)
-  redis.call('HINCRBY', K_STATS, 'poisoned', 1)  -- left the store (shard.py's stats)
+  if redis.call('HDEL', K_RECORDS, job_id) == 1 then
+    redis.call('HINCRBY', K_STATS, 'poisoned', 1)  -- left the store (shard.py's stats)
+  end
 end
 
 -- The worker finished a job (``succeeded``, or failed, or handed over to a retry): release its

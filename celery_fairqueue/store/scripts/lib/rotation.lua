@@ -1,7 +1,7 @@
 -- The rotation and its weights: which accounts may run now, in start-time fair queueing over
 -- virtual time, and the pick's step (next_tag, take_head: claim.lua pops the lowest tag and
 -- asks the limits); ready and delayed jobs, operator pauses.
--- include: keys limits
+-- include: keys limits records
 
 -- A rotation member (QueueKeys.tags) is "stamp account", and " weight" after it in a sharded
 -- store when the weight is not 1 (see join_rotation): the stamp orders accounts of equal
@@ -125,9 +125,58 @@ local function join_rotation(qk, account, front)
   redis.call('ZADD', qk.tags, tag, rotation_member(account, weight))
 end
 
--- Whether the account has ready jobs in the queue.
+-- Format-1 members of the queue's set (legacy_member) join their accounts' FIFOs, those whose
+-- job still waits there (its record names that account and seq: a member left behind by a
+-- cancel or a promotion is dropped), and leave the set. Returns how many joined.
+local function adopt_legacy(qk, members)
+  local joined = 0
+  for _, member in ipairs(members) do
+    local account, seq, job_id = split_legacy_member(member)
+    local job = read_job(job_id)
+    if job and job.account == account and job.seq == seq then
+      redis.call('ZADD', fifo_key(qk, account), 0, ready_member(seq, job_id))
+      joined = joined + 1
+    end
+  end
+  if #members > 0 then
+    redis.call('ZREM', qk.ready, unpack(members))
+  end
+  return joined
+end
+
+-- The account's jobs still in the queue's format-1 set join its FIFO (a batch): the upgrade has
+-- not reached them yet, or a producer of an earlier version wrote them after the store left
+-- format 1. Whether any did; one command when none wait there, the usual case.
+local function adopt_account(qk, account)
+  local low, high = legacy_range(account)
+  return adopt_legacy(qk, redis.call('ZRANGEBYLEX', qk.ready, low, high, 'LIMIT', 0, 500)) > 0
+end
+
+-- The jobs left in the queue's set of format 1 once the store left it (a producer of an earlier
+-- version that the upgrade did not see wrote them: format_upgrade.py) join their accounts'
+-- FIFOs, a batch, and accounts without a state the rotation: a job is never left where no
+-- claim looks (reap.lua).
+local function adopt_stranded(qk, batch)
+  local members = redis.call('ZRANGE', qk.ready, 0, batch - 1)
+  adopt_legacy(qk, members)
+  local seen = {}
+  for _, member in ipairs(members) do
+    local account = split_legacy_member(member)
+    if not seen[account] and redis.call('EXISTS', fifo_key(qk, account)) == 1 and
+        redis.call('HSETNX', qk.state, account, 'r') == 1 then
+      join_rotation(qk, account)
+    end
+    seen[account] = true
+  end
+end
+
+-- Whether the account has ready jobs in the queue (at format 1, in the queue's set).
 local function has_ready(qk, account)
-  return redis.call('EXISTS', fifo_key(qk, account)) == 1
+  if FORMAT1 then
+    local low, high = legacy_range(account)
+    return redis.call('ZRANGEBYLEX', qk.ready, low, high, 'LIMIT', 0, 1)[1] ~= nil
+  end
+  return redis.call('EXISTS', fifo_key(qk, account)) == 1 or adopt_account(qk, account)
 end
 
 -- Back into the rotation if it has ready jobs, else out of the queue's state entirely. An account
@@ -247,10 +296,14 @@ end
 -- The account's head job leaves its FIFO (the claim takes it, mostly) and the next one stays:
 -- popping two and putting the second back costs an account's last job one command. Returns the
 -- head (nil: none is ready), whether more wait, and a function that puts the head back where
--- it was (a head the claim does not take keeps its place) and returns its arguments.
+-- it was (a head the claim does not take keeps its place) and returns its arguments. An empty
+-- FIFO takes the account's jobs left in format 1's set first (adopt_account).
 local function pop_head(qk, account)
   local fifo = fifo_key(qk, account)
   local heads = redis.call('ZPOPMIN', fifo, 2)
+  if not heads[1] and adopt_account(qk, account) then
+    heads = redis.call('ZPOPMIN', fifo, 2)
+  end
   if heads[3] then
     redis.call('ZADD', fifo, 0, heads[3])
   end
