@@ -20,7 +20,7 @@ workers). Both kinds' workers run with the harness flags (no gossip, mingle or h
 (4) Idle Redis commands/s with 4 and 16 idle workers (threads -c 4 each).
 (5) What a script call costs Redis before its first command: an empty script, and one that only
     defines the library helpers (``scripts/lib``), each given the keys and arguments of an enqueue;
-    then the enqueue script beside its floor (``FLOOR``: the seven commands of a keyed enqueue
+    then the enqueue script beside its floor (``FLOOR``: the six commands of a keyed enqueue
     into an account with ready jobs, every string built by the producer, no check and no
     helper) and an LPUSH of the same message, one call at a time after a producer's work, in
     turns of ``TURN`` calls each, on one Redis.
@@ -320,7 +320,6 @@ local seq = '0' .. t[1] .. string.format('%06d', t[2])
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[3] .. seq .. ARGV[4]) == 0 then return {0} end
 redis.call('SET', KEYS[5], ARGV[1], 'NX')
 redis.call('ZCARD', KEYS[3])
-redis.call('HINCRBY', KEYS[2], 'enqueued', 1)
 redis.call('ZADD', KEYS[3], 0, seq .. '|' .. ARGV[1])
 redis.call('XADD', KEYS[4], 'NOMKSTREAM', 'MAXLEN', '~', 1000000, '*', 'e', 'enqueued',
            'job', ARGV[1], 'q', ARGV[7], 'a', ARGV[2], 'k', ARGV[8], 't', ARGV[5],

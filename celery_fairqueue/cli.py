@@ -319,18 +319,23 @@ def reshard(ctx: click.Context, to: int, settle: float | None, timeout: float | 
 
 
 @fairqueue.command(cls=StoreCommand)
+@click.option("--settle", cls=CeleryOption, type=click.FloatRange(0), default=None,
+              help_group="Upgrade Options",
+              help="Seconds waited once every worker and producer has read a step, for their "
+                   "calls under way (default: 5).")
 @click.option("--timeout", cls=CeleryOption, type=click.FloatRange(0), default=None,
               help_group="Upgrade Options",
               help="Most seconds to wait for every worker and producer to read each step "
                    "(default: twice fairqueue_shards_check_interval and 5 s).")
 @click.pass_context
-def upgrade(ctx: click.Context, timeout: float | None, **kwargs: Any) -> None:
+def upgrade(ctx: click.Context, settle: float | None, timeout: float | None,
+            **kwargs: Any) -> None:
     """Convert a store written by a an earlier celery-fairqueue to this version's layout, in
     short steps, while workers and producers of this version run; once no process of an earlier
     version reads it. Safe to interrupt: run it again to finish (docs/deployment.md,
     "Upgrading the layout to format 2")."""
     try:
-        report = FormatUpgrader(settings_for(_app(ctx)), timeout=timeout,
+        report = FormatUpgrader(settings_for(_app(ctx)), settle=settle, timeout=timeout,
                                 say=ctx.obj.echo).run()
     except UpgradeError as exc:
         raise CeleryCommandException(message=str(exc), exit_code=EX_FAILURE) from None

@@ -343,6 +343,25 @@ def test_manage_reshard_needs_a_superuser(rel, redis_client):
     redis_client.flushall()  # the app's store is of one shard
 
 
+@pytest.mark.django_db
+def test_manage_upgrade_needs_a_superuser_and_converts_a_store_of_format_1(rel, redis_client):
+    User.objects.create_user("ann", is_staff=True)
+    User.objects.create_superuser("root")
+    redis_client.set("{fairqueue}:format", "1")  # as a store an earlier version wrote reads
+    redis_client.zadd("{fairqueue}:queue:celery:ready", {"acme|01700000000000000|t:0": 0})
+    redis_client.hset("{fairqueue}:records", "t:0",
+                      "celery acme 01700000000000000 - - 0 - - -\n{}")
+    redis_client.sadd("{fairqueue}:queues", "celery")
+    with pytest.raises(CommandError, match="Refused: ann is not an active superuser"):
+        manage("upgrade", "--settle", "0", "--user", "ann")
+    assert redis_client.get("{fairqueue}:format") == "1"
+    assert "converted" in manage("upgrade", "--settle", "0", "--user", "root")
+    assert redis_client.get("{fairqueue}:format") == "2"
+    assert redis_client.zrange("{fairqueue}:queue:celery:f:acme", 0, -1) == [
+        "01700000000000000|t:0"]
+    assert "at format 2 already" in manage("upgrade", "--user", "root")
+
+
 def test_status_counts_an_operator_pause_as_paused_not_deferred(rel, redis_url):
     rel.send_message.delay("acme", 1)
     celery_fairqueue.pause(rel.app, "acme", by="alice", reason="billing")

@@ -53,10 +53,11 @@ def readings(client: AnyClient, home: Keys) -> list[Reading]:
 def wait_for_fleet(client: AnyClient, home: Keys, layout: str, *, timeout: float,
                    margin: float, server_time: Callable[[], float],
                    say: Callable[[str], None],
-                   behind_of: Callable[[Reading], bool] | None = None) -> list[str]:
+                   behind_of: Callable[[Reading], bool] | None = None,
+                   waiting: str = "") -> list[str]:
     """Wait until no process may act on a layout other than ``layout`` (or, ``behind_of``,
-    one that it says is behind), and ``margin`` on; after ``timeout``, return what names the
-    processes still behind (else [])."""
+    one that it says is behind: ``waiting`` says for what), and ``margin`` on; after
+    ``timeout``, return what names the processes still behind (else [])."""
     give_up = time.monotonic() + timeout
     told = False
     lags = behind_of or (lambda reading: reading.seen.layout != layout)
@@ -71,7 +72,8 @@ def wait_for_fleet(client: AnyClient, home: Keys, layout: str, *, timeout: float
                     f"; reads again within {r.until - now:.0f} s)" for r in behind]
         if not told:
             told = True
-            say(f"waiting for {len(behind)} worker(s) and producer(s) to read {layout!r} "
+            say(f"waiting for {len(behind)} worker(s) and producer(s) "
+                f"{waiting or f'to read {layout!r}'} "
                 f"(at most {max(r.until for r in behind) - now:.0f} s)")
         time.sleep(min(LOOK_SECONDS, max(0.0, give_up - time.monotonic())))
     time.sleep(margin)

@@ -80,7 +80,7 @@ class FormatUpgrader:
             raise UpgradeError(f"a reshard from {shards} to {moving} shards is under way: "
                                "finish it with the version that began it first")
         if held == "1":
-            self._wait("no worker or producer of an earlier version to read the store",
+            self._wait("of an earlier version to stop reading the store",
                        lambda reading: reading.layout_format is None,
                        "of an earlier version still read the store: stop them, then run the "
                        "upgrade again")
@@ -90,7 +90,7 @@ class FormatUpgrader:
                                    "meanwhile: stop it, then run the upgrade again")
             self.say("the store is at format 1>2: workers of this version wait for the "
                      "conversion")
-        self._wait("every worker and producer to read '1>2'",
+        self._wait("to read format '1>2'",
                    lambda reading: reading.layout_format not in ("1>2", "2"),
                    "did not read '1>2' yet: run the upgrade again once they have (each reads "
                    "the store every fairqueue_shards_check_interval), or stop them")
@@ -104,10 +104,10 @@ class FormatUpgrader:
         self.say(f"the store is at format 2: {jobs} ready jobs of {queues} queue(s) converted")
         return UpgradeReport(jobs, queues, time.monotonic() - started)
 
-    def _wait(self, what: str, behind_of: Callable[[Reading], bool], refusal: str) -> None:
-        behind = wait_for_fleet(self.client, self.keys, what, timeout=self.timeout,
+    def _wait(self, waiting: str, behind_of: Callable[[Reading], bool], refusal: str) -> None:
+        behind = wait_for_fleet(self.client, self.keys, "", timeout=self.timeout,
                                 margin=self.settle, server_time=self.home.server_time,
-                                say=self.say, behind_of=behind_of)
+                                say=self.say, behind_of=behind_of, waiting=waiting)
         if behind:
             raise UpgradeError(f"{len(behind)} worker(s) or producer(s) {refusal}: "
                                f"{'; '.join(behind[:20])}")

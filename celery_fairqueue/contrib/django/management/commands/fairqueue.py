@@ -163,29 +163,13 @@ class Command(BaseCommand):
             limits.add_argument(option, type=kind)
         limits.add_argument("--user", help=USER_HELP.format(perm=LIMIT_PERMISSION))
 
-        reshard = commands.add_parser(
-            "reshard", help="Move the store to --to shards (more than it has) while workers "
-                            "and producers run (needs --user, a superuser; "
-                            "docs/deployment.md).")
+        reshard = self.superuser_command(
+            commands, "reshard", "Move the store to --to shards (more than it has) while "
+            "workers and producers run", "read the move")
         reshard.add_argument("--to", type=int, required=True, help="The number of shards.")
-        reshard.add_argument("--settle", type=float, help="Seconds waited once every worker "
-                             "and producer has read the move, for their calls under way "
-                             "(default: 5).")
-        reshard.add_argument("--timeout", type=float, help="Most seconds to wait for every "
-                             "worker and producer to read the move (default: twice "
-                             "fairqueue_shards_check_interval and 5 s).")
-        reshard.add_argument("--user", required=True,
-                             help="Act as this user, who must be an active superuser.")
-
-        upgrade = commands.add_parser(
-            "upgrade", help="Convert a store an earlier celery-fairqueue wrote (layout format "
-                            "1) while workers and producers run (needs --user, a superuser; "
-                            "docs/deployment.md).")
-        upgrade.add_argument("--timeout", type=float, help="Most seconds to wait for every "
-                             "worker and producer to read each step (default: twice "
-                             "fairqueue_shards_check_interval and 5 s).")
-        upgrade.add_argument("--user", required=True,
-                             help="Act as this user, who must be an active superuser.")
+        self.superuser_command(
+            commands, "upgrade", "Convert a store an earlier celery-fairqueue wrote (layout "
+            "format 1) while workers and producers run", "read each step")
 
         dlq = commands.add_parser("dlq", help="Dead letters: list, show, replay, purge.")
         dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True, metavar="COMMAND")
@@ -215,6 +199,22 @@ class Command(BaseCommand):
                            help="Purge every dead letter that died more than SECONDS ago.")
         purge.add_argument("--user", required=True,
                            help=USER_HELP.format(perm="celery_fairqueue.purge_job"))
+
+    @staticmethod
+    def superuser_command(commands: Any, name: str, what: str, read: str) -> ArgumentParser:
+        """A command that changes the whole store, waiting for every process to read it: a
+        superuser's (``--user``), with its ``--timeout``."""
+        parser: ArgumentParser = commands.add_parser(
+            name, help=f"{what} (needs --user, a superuser; docs/deployment.md).")
+        parser.add_argument("--settle", type=float, help="Seconds waited once every worker "
+                            f"and producer has {read}, for their "
+                            "calls under way (default: 5).")
+        parser.add_argument("--timeout", type=float, help="Most seconds to wait for every "
+                            f"worker and producer to {read} (default: twice "
+                            "fairqueue_shards_check_interval and 5 s).")
+        parser.add_argument("--user", required=True,
+                            help="Act as this user, who must be an active superuser.")
+        return parser
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -375,10 +375,13 @@ class Command(BaseCommand):
         self.stdout.write(f"purged {len(outcome.done)} dead letters")
         self.report_failures("purged", outcome)
 
-    def reshard(self, options: dict[str, Any]) -> None:
+    def superuser(self, options: dict[str, Any]) -> None:
         user = self.user(options["user"])
         if not (user.is_active and user.is_superuser):
             raise PermissionDenied(f"{user} is not an active superuser")
+
+    def reshard(self, options: dict[str, Any]) -> None:
+        self.superuser(options)
         try:
             report = Resharder(settings_for(celery_app()), options["to"],
                                settle=options["settle"], timeout=options["timeout"],
@@ -389,12 +392,10 @@ class Command(BaseCommand):
             self.stdout.write(line)
 
     def upgrade(self, options: dict[str, Any]) -> None:
-        user = self.user(options["user"])
-        if not (user.is_active and user.is_superuser):
-            raise PermissionDenied(f"{user} is not an active superuser")
+        self.superuser(options)
         try:
-            report = FormatUpgrader(settings_for(celery_app()), timeout=options["timeout"],
-                                    say=self.stdout.write).run()
+            report = FormatUpgrader(settings_for(celery_app()), settle=options["settle"],
+                                    timeout=options["timeout"], say=self.stdout.write).run()
         except (UpgradeError, ConfigurationError) as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(describe_upgrade(report))
