@@ -136,6 +136,8 @@ def measure(server: RedisServer, stream: bool) -> dict[str, Commands]:
     found["ack alone (Lease.ack, no holder)"] = counted(bench.client, alone.ack)[0]
 
     bench = Bench(server, stream)  # a trickle: one job at a time into an empty store
+    bench.enqueue("warm")  # (the producer has asked whether a recorder listens)
+    bench.claim(1)[0].ack()
     found["trickle: enqueue"] = counted(bench.client, lambda: bench.enqueue("lone"))[0]
     found["trickle: claim leasing it"] = leasing(bench, 1)
     lone = bench.store.claim(QUEUES, 0, TOKEN, bench.limit).leases  # nothing: a lease to ack
