@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import getpass
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 from celery import Celery
@@ -291,18 +292,31 @@ def limits(ctx: click.Context, set_default: bool, account: str | None, queue: st
         ctx.obj.echo(default_limit_text(store.default_limit()))
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fleet_wait_options(group: str, read: str) -> Callable[[F], F]:
+    """``--settle`` and ``--timeout`` of a command that changes the whole store once every
+    worker and producer has read the change (reshard, upgrade: store/shards/fleet_wait.py)."""
+    def decorate(command: F) -> F:
+        command = click.option(
+            "--timeout", cls=CeleryOption, type=click.FloatRange(0), default=None,
+            help_group=group,
+            help=f"Most seconds to wait for every worker and producer to {read} (default: "
+                 "twice fairqueue_shards_check_interval and 5 s); past it the command names "
+                 "those that did not and changes nothing.")(command)
+        return click.option(
+            "--settle", cls=CeleryOption, type=click.FloatRange(0), default=None,
+            help_group=group,
+            help=f"Seconds waited once every worker and producer has {read}, for their calls "
+                 "under way (default: 5).")(command)
+    return decorate
+
+
 @fairqueue.command(cls=StoreCommand)
 @click.option("--to", "to", cls=CeleryOption, type=click.IntRange(2, MAX_SHARDS), required=True,
               help_group="Reshard Options", help="The number of shards to move the store to.")
-@click.option("--settle", cls=CeleryOption, type=click.FloatRange(0), default=None,
-              help_group="Reshard Options",
-              help="Seconds waited once every worker and producer has read the move, before "
-                   "any account moves, for their calls under way (default: 5).")
-@click.option("--timeout", cls=CeleryOption, type=click.FloatRange(0), default=None,
-              help_group="Reshard Options",
-              help="Most seconds to wait for every worker and producer to read the move "
-                   "(default: twice fairqueue_shards_check_interval and 5 s); past it the "
-                   "reshard names those that did not and moves nothing.")
+@fleet_wait_options("Reshard Options", "read the move")
 @click.pass_context
 def reshard(ctx: click.Context, to: int, settle: float | None, timeout: float | None,
             **kwargs: Any) -> None:
@@ -319,21 +333,14 @@ def reshard(ctx: click.Context, to: int, settle: float | None, timeout: float | 
 
 
 @fairqueue.command(cls=StoreCommand)
-@click.option("--settle", cls=CeleryOption, type=click.FloatRange(0), default=None,
-              help_group="Upgrade Options",
-              help="Seconds waited once every worker and producer has read a step, for their "
-                   "calls under way (default: 5).")
-@click.option("--timeout", cls=CeleryOption, type=click.FloatRange(0), default=None,
-              help_group="Upgrade Options",
-              help="Most seconds to wait for every worker and producer to read each step "
-                   "(default: twice fairqueue_shards_check_interval and 5 s).")
+@fleet_wait_options("Upgrade Options", "read each step")
 @click.pass_context
 def upgrade(ctx: click.Context, settle: float | None, timeout: float | None,
             **kwargs: Any) -> None:
-    """Convert a store written by a an earlier celery-fairqueue to this version's layout, in
-    short steps, while workers and producers of this version run; once no process of an earlier
-    version reads it. Safe to interrupt: run it again to finish (docs/deployment.md,
-    "Upgrading the layout to format 2")."""
+    """Convert a store an earlier celery-fairqueue wrote (layout format 1) to this version's
+    layout, in short steps, while workers and producers of this version run; once no process
+    of an earlier version reads it. Safe to interrupt: run it again to finish
+    (docs/deployment.md, "Upgrading the layout to format 2")."""
     try:
         report = FormatUpgrader(settings_for(_app(ctx)), settle=settle, timeout=timeout,
                                 say=ctx.obj.echo).run()

@@ -49,7 +49,8 @@
 -- is dropped from the store when it comes up, before any limit is asked (it takes no slot and
 -- no token), and listed the same way with its queue index negated, for the worker to record as
 -- revoked.
--- Cost: O(log n) per job or skipped account (rotation pops, hash fields, its FIFO's head); no scans.
+-- Cost: O(log n) per job or skipped account (rotation pops, hash fields, its FIFO's head); no
+-- scans.
 -- A leased job of an account without a limit of its own, with a business key and the event
 -- stream on: 9 commands (ZPOPMIN of the rotation, ZPOPMIN of its account's FIFO and ZADD of the
 -- next job back (none for an account's last), HGET and HSET of its record, ZADD of its
@@ -290,7 +291,8 @@ local function claim_from(qk, account, tag, joined_weight)
   end
   local wake, next_token, shared_short = take_token(limit.buckets, now)
   if shared_short then
-    return keep(nil, wake, 'quota')  -- the queue waits for its next token, the account keeps its turn
+    return keep(nil, wake, 'quota')  -- the queue waits for its next token; the account keeps its
+                                     -- turn
   elseif wake then
     defer(qk, account, 'rate_limited', wake)
     return keep(nil)

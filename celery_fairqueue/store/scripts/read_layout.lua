@@ -9,22 +9,17 @@
 --       the format is recorded too (absent: a process of a version before them).
 -- Returns the layout, "S" or "S>N" while a reshard moves the store from S to N shards, and the
 -- format of the layout: "2", "1" or "1>2" (Keys.layout_format).
--- include: keys
+-- include: keys fleet
 local now = now_seconds()
 local held = redis.call('GET', K_SHARDCOUNT)
--- Whether an earlier version (format 1) may still act on the store: one of its processes'
--- readings has not lapsed (it records no format), or the store holds what only it wrote (a
--- queue's ready set here, or shards, whose ready sets a call at the home cannot see). Asked
--- once, when the store records no format yet; its delayed, leased and dead jobs, and its
--- markers, are the same in format 2.
+-- Whether an earlier version (format 1) may still act on the store: one of its processes
+-- still reads it (earlier_version_reads), or the store holds what only it wrote (a queue's
+-- ready set here, or shards, whose ready sets a call at the home cannot see). Asked once, when
+-- the store records no format yet; its delayed, leased and dead jobs, and its markers, are the
+-- same in format 2.
 local function written_before()
-  if held and held ~= '1' then
+  if (held and held ~= '1') or earlier_version_reads() then
     return true
-  end
-  for _, reader in ipairs(redis.call('ZRANGEBYSCORE', K_LAYOUTREADERS, now, '+inf')) do
-    if not redis.call('HGET', K_FORMATSEEN, reader) then
-      return true
-    end
   end
   for _, name in ipairs(redis.call('SMEMBERS', K_QUEUES)) do
     if redis.call('EXISTS', queue_named(name).ready) == 1 then

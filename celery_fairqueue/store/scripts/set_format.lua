@@ -4,17 +4,10 @@
 -- read_layout.lua), checked in the same step.
 -- KEYS: global keys.
 -- Returns the format the store holds after the call.
--- include: keys
+-- include: keys fleet
 local held = redis.call('GET', K_LAYOUTFORMAT)
-if held ~= ARGV[1] then
+if held ~= ARGV[1] or (ARGV[2] == '1>2' and earlier_version_reads()) then
   return held or ''
-end
-if ARGV[2] == '1>2' then
-  for _, reader in ipairs(redis.call('ZRANGEBYSCORE', K_LAYOUTREADERS, now_seconds(), '+inf')) do
-    if not redis.call('HGET', K_FORMATSEEN, reader) then
-      return held
-    end
-  end
 end
 redis.call('SET', K_LAYOUTFORMAT, ARGV[2])
 return ARGV[2]

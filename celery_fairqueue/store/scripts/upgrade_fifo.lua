@@ -6,7 +6,8 @@
 -- A job already in its FIFO (a rerun after a kill) is written again, the same member: no change;
 -- a member whose job left meanwhile (cancelled by a process of this version) is dropped.
 -- KEYS: global keys, then the queue's keys.
--- ARGV: [1] most members a call converts (each call stays short: Redis runs nothing else meanwhile).
+-- ARGV: [1] most members a call converts (each call stays short: Redis runs nothing else
+--       meanwhile).
 -- Returns the members left in the old set.
 -- include: keys rotation
 local qk = queue_keys(1)

@@ -58,6 +58,10 @@ class LayoutReading:
     def due(self) -> bool:
         return time.monotonic() - self._read_at >= self.interval
 
+    def older_than(self, seconds: float) -> bool:
+        """Whether the last reading was made ``seconds`` ago or more."""
+        return time.monotonic() - self._read_at >= seconds
+
     def read_now(self) -> None:
         """Read again at the next call: a call met an account that a reshard moved."""
         self._read_at = float("-inf")

@@ -218,8 +218,8 @@ class ShardedStore(FairStore):
         """Whether this process may claim: the store's layout is at format 2. Until then (a
         store an earlier version wrote, its upgrade not run or not finished) a worker of
         this version claims nothing, and says why once (format_upgrade.py); it reads the format
-        again at each call meanwhile."""
-        if self.layout_format != "2":
+        again meanwhile, at a call that has not just read it (``check_shards`` may have)."""
+        if self.layout_format != "2" and self.reading.older_than(FORMAT_WAIT_SECONDS / 2):
             self.reading.read_now()
             self.check_shards()
         if self.layout_format == "2":

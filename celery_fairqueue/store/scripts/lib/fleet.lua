@@ -1,5 +1,17 @@
--- The registry of live workers (writers/fleet.py).
+-- The registry of live workers (writers/fleet.py), and the processes' readings of the layout.
 -- include: keys
+
+-- Whether a process of an earlier version may still act on the store: one of the readings of
+-- the layout (read_layout.lua) has not lapsed and records no format, as only an earlier
+-- version's does (store/shards/format_upgrade.py).
+local function earlier_version_reads()
+  for _, reader in ipairs(redis.call('ZRANGEBYSCORE', K_LAYOUTREADERS, now_seconds(), '+inf')) do
+    if not redis.call('HGET', K_FORMATSEEN, reader) then
+      return true
+    end
+  end
+  return false
+end
 
 -- A worker that left or died runs no job any more: its counts under the queues' shared limits
 -- of a sharded store (quota.lua: "<queue> <id>", each queue's total under "<queue>") are

@@ -50,13 +50,14 @@ local function write_job(job_id, job)
   redis.call('HSET', K_RECORDS, job_id, make_record(job))
 end
 
--- A business key's marker (records.Marker) is "p account|job_id" while pending (a job holds the
--- key and has not started; the account named as below; JSON before format 2), else JSON: "started" (a delivery was handed to a worker: the side effect may have
--- begun) or "done"; the job holding it; when; and external_id when ``external`` (a JSON string
--- literal made by records.marker_external_id, so Python's own escapes survive byte for byte)
--- is given. A finished job's marker expires after the retention: a key string with a time to
--- live is a finished job's, one without is held by a job in the store. ``at`` (text) defaults
--- to now (upgrade.lua gives the time a job of the layout before records finished).
+-- A business key's marker (records.Marker) is "p account|job_id" while pending (a job holds the key
+-- and has not started; the account named as below; JSON before format 2), else JSON: "started" (a
+-- delivery was handed to a worker: the side effect may have begun) or "done"; the job holding it;
+-- when; and external_id when ``external`` (a JSON string literal made by
+-- records.marker_external_id, so Python's own escapes survive byte for byte) is given. A finished
+-- job's marker expires after the retention: a key string with a time to live is a finished job's,
+-- one without is held by a job in the store. ``at`` (text) defaults to now (upgrade.lua gives
+-- the time a job of the layout before records finished).
 -- ``account`` (encoded) is the account of the job: a key string's name does not say it, and a
 -- reshard (store/shards/reshard.py) moves an account's markers with it (bytes only, no command).
 -- A marker names its account (for a reshard to find it) only in a sharded store: 20 bytes a key

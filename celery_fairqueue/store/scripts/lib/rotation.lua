@@ -313,14 +313,14 @@ local function pop_head(qk, account)
   end
 end
 
--- The account's head job has left its FIFO (pop_head); the account goes on in the rotation at ``tag`` if it has
--- ``more``, else leaves it and remembers ``tag`` (finish: join_rotation; written when the claim
--- ends, in one ZADD, and not at all when the claim finds the rotation empty, which forgets the
--- finish tags: see leave_tags). ``held``: this job took the account to its limit (its last
--- token, its last slot under the cap): it leaves the rotation now, remembering ``tag`` too,
--- and the caller defers it; left in, it would come up at its next turn only to be skipped, a
--- wasted step of every claim per job of it. ``qk.weight_change`` is the claim's running sum of
--- the rotation's weight change.
+-- The account's head job has left its FIFO (pop_head); the account goes on in the rotation at
+-- ``tag`` if it has ``more``, else leaves it and remembers ``tag`` (finish: join_rotation; written
+-- when the claim ends, in one ZADD, and not at all when the claim finds the rotation empty, which
+-- forgets the finish tags: see leave_tags). ``held``: this job took the account to its limit (its
+-- last token, its last slot under the cap): it leaves the rotation now, remembering ``tag`` too,
+-- and the caller defers it; left in, it would come up at its next turn only to be skipped, a wasted
+-- step of every claim per job of it. ``qk.weight_change`` is the claim's running sum of the
+-- rotation's weight change.
 local function take_head(qk, account, more, tag, held, weight)
   if more then
     if held then
