@@ -18,11 +18,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from celery import Celery
 
 from celery_fairqueue.envelope import Envelope
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.protocol import delivery_id
 from celery_fairqueue.settings import FairqueueSettings
+from celery_fairqueue.store import StoreInspector
 from celery_fairqueue.store.formats.keys import Keys
 from celery_fairqueue.store.shards.format_upgrade import FormatUpgrader
 from celery_fairqueue.store.shards.opening import open_store
@@ -210,3 +212,44 @@ def test_two_upgrades_at_once_never_move_the_store_back(redis_server_factory):
     assert store._run("set_format", [], ["1", "1>2"]) == "2"  # an upgrade that read "1" late
     assert client.get("{fairqueue}:format") == "2"
     assert FormatUpgrader(settings(server.url)).run().done_before
+
+
+def test_readers_count_show_and_purge_the_jobs_waiting_in_the_set_of_format_1(
+        format1_code, redis_server_factory):
+    """Until ``fairqueue upgrade`` has run, ready jobs wait in format 1's set: the totals, the
+    oldest waiting job an alert reads, an account's page and its jobs, and a purge see them
+    there. After it, an earlier producer may still write there: counted too, until adopted."""
+    server = redis_server_factory()
+    client = server.client(decode_responses=True)
+    old = Format1Process(format1_code, server.url)
+    old.run("fill", jobs=40, accounts=4)
+    app = Celery("t", broker="redis://127.0.0.1:1/0")
+    app._fairqueue_store = store = open_store(settings(server.url))
+    store.check_shards()
+    assert store.layout_format == "1" and client.zcard(READY) == 40
+    inspector = StoreInspector(app)
+    reader = inspector.console
+    assert store.counts("default")["ready"] == 40
+    [queue] = inspector.status(["default"]).queues
+    assert (queue.ready, queue.accounts_ready) == (40, 4)
+    assert queue.oldest_waiting is not None and queue.oldest_waiting <= reader.server_time()
+    assert sorted(a for a, _ in reader.oldest_accounts("default", 10)) == [
+        f"acct-{n}" for n in range(4)]
+    assert {row.account: row.ready for row in inspector.accounts(["default"]).rows} == {
+        f"acct-{n}": 10 for n in range(4)}
+    [state] = reader.account_state("acct-1", ["default"])
+    assert state.ready == 10 and state.oldest_waiting is not None
+    assert sorted(job.job_id for job in reader.live_jobs("acct-1")) == sorted(
+        delivery_id(f"old-{n}", 0) for n in range(1, 40, 4))
+    assert store.purge(["default"]) == 40
+    assert not client.exists(READY) and store.counts("default")["ready"] == 0
+
+    FormatUpgrader(settings(server.url), timeout=20, settle=0).run()
+    old.run("fill", jobs=10, accounts=4)  # after the upgrade: into format 1's set
+    store.reading.read_now()
+    store.check_shards()
+    assert store.layout_format == "2" and client.zcard(READY) == 10
+    assert store.counts("default")["ready"] == 10
+    assert store.purge(["default"]) == 10  # a cancel at format 2 leaves the member: paged past
+    store.reap()
+    assert not client.exists(READY)

@@ -114,7 +114,9 @@ class QueueKeys:
     #             has a state; one without has none (or keeps p/c/o until the claim finds it
     #             empty)
     ready: str  # the layout before per-account FIFOs (format 1): one sorted set, score 0,
-    #             members "account|seq|job_id"; read only by the upgrade (upgrade_fifo.lua)
+    #             members "account|seq|job_id" (records.LegacyMember); moved into the FIFOs
+    #             by the upgrade (upgrade_fifo.lua), adopted by the claim and the reaper, and
+    #             counted beside the FIFOs by the readers until then
     deferred: str  # sorted set account -> time its limit lets it run again
     delayed: str  # sorted set job_id -> due time (eta, countdown, retry backoff)
     running: str  # hash account -> jobs leased and not settled (its concurrency cap)

@@ -7,7 +7,8 @@ keys are percent-encoded (keys.encode_id) before they reach a stored string, so 
 ``|`` separators can never occur inside a field.
 
 - job record (``Keys.records``), a header line and the message: ``split_record``/``make_record``
-- ready member (``QueueKeys.fifo``), ``"seq|job_id"``: ``split_member``/``ready_member``
+- ready member (``QueueKeys.fifo``), ``"seq|job_id"``: ``split_member``/``ready_member``; at
+  layout format 1 (``QueueKeys.ready``), ``"account|seq|job_id"``: ``split_legacy_member``
 - token bucket (``Keys.buckets``), ``"tokens updated_at"``: ``bucket_level``/``take_token``
 - idempotency marker (``Keys.job_key``), ``"p account|job_id"`` while pending, else JSON:
   ``make_marker`` (the one maker)
@@ -26,9 +27,9 @@ from typing import Any
 
 from ...protocol import NO_JOB_KEY, decode_id, encode_id
 
-__all__ = ["Bucket", "DeadRecord", "Deferral", "JobRecord", "LayoutSeen", "Marker", "ReadyMember",
-           "WorkerEntry", "build_dead_record", "marker_account", "marker_external_id",
-           "new_record_parts"]
+__all__ = ["Bucket", "DeadRecord", "Deferral", "JobRecord", "LayoutSeen", "LegacyMember", "Marker",
+           "ReadyMember", "WorkerEntry", "build_dead_record", "marker_account",
+           "marker_external_id", "new_record_parts"]
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,30 @@ class ReadyMember:
 
     def build(self) -> str:
         return f"{self.seq}|{self.job_id}"
+
+
+@dataclass(frozen=True)
+class LegacyMember:
+    """A ready job where layout format 1 keeps it (``QueueKeys.ready``, one set for the whole
+    queue): ``"account|seq|job_id"``, the account encoded. Readers count it beside the FIFOs
+    until ``fairqueue upgrade`` has moved it into its account's (store/shards/
+    format_upgrade.py), or a claim or the reaper adopted one an earlier producer wrote since."""
+
+    encoded_account: str
+    ready: ReadyMember
+
+    @classmethod
+    def parse(cls, raw: str | bytes) -> LegacyMember:
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        account, bar, member = text.partition("|")
+        if not bar:
+            raise ValueError(f"not a format-1 ready member: {text[:200]!r}")
+        return cls(account, ReadyMember.parse(member))
+
+    @staticmethod
+    def account_range(encoded: str) -> tuple[str, str]:
+        """The lex range of an (encoded) account's members (``legacy_range`` in Lua)."""
+        return f"[{encoded}|", f"({encoded}}}"
 
 
 def member_job_id(raw: str | bytes) -> str:

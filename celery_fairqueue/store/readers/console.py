@@ -26,7 +26,7 @@ from ..formats.records import Bucket, Deferral, ReadyMember, SlowDownHold, Worke
 from ..shards.merged import per_shard, records_at
 from ..shards.shard import FairStore
 from ..writers.operator import OperatorPause, parse_pause, pause_field
-from .heads import queue_heads
+from .heads import queue_heads, read_legacy, with_legacy
 
 #: Most of an account's ready jobs read to find its oldest (FIFO order within a priority: the
 #: oldest is among the first unless priorities reorder them).
@@ -231,8 +231,7 @@ class ConsoleReader:
     # -- oldest waiting ------------------------------------------------------------------------
 
     def _heads(self, queue: str) -> list[tuple[float, str]]:
-        """Each account with ready jobs in ``queue``, on every shard, with since when its next
-        job waits, oldest first (see heads.py)."""
+        """Since when each account's next job in ``queue`` waits, oldest first (heads.py)."""
         return sorted(queue_heads(self.store, queue))
 
     def _due(self, queue: str, now: float, scan: int, shards: Sequence[FairStore] | None = None
@@ -311,7 +310,10 @@ class ConsoleReader:
             pipe.hget(keys.limit_config, queue_limit_field(queue))  # its shared limit
             pipe.hmget(keys.limit_config, in_queue_field(queue, account),
                        in_queue_field(queue, None))
+        for queue in names:
+            read_legacy(pipe, keys.queue(queue), encoded, OLDEST_SCAN)
         own_limit, stored_default, pauses, *replies = pipe.execute()
+        legacy = replies[9 * len(names):]
         quotas = self.store.quota_readings([q for n, q in enumerate(names) if replies[9 * n + 7]])
         running_of = store.running()
         own = AccountLimit.from_json(own_limit) if own_limit else None
@@ -324,6 +326,7 @@ class ConsoleReader:
         for n, queue in enumerate(names):
             (nready, state, limit_wake, deferral, ndelayed, heads, first_delayed, quota_limit,
              here) = replies[9 * n: 9 * n + 9]
+            nready, heads = with_legacy(nready, heads, legacy[2 * n:2 * n + 2], OLDEST_SCAN)
             quota_bucket, quota_running = quotas.get(queue, (None, 0))
             running = running_of.get((queue, normalize_id(account)), 0)
             fields = [pause_field(None, queue), pause_field(account, queue),
@@ -336,7 +339,7 @@ class ConsoleReader:
                       (None, pauses[2 * len(names) + 2 + 2 * n])) if raw]
             slowed = max(holds, key=lambda hold: hold.until, default=None)
             states.append(self._queue_state(
-                queue=queue, account=account, now=now, nready=int(nready or 0),
+                queue=queue, account=account, now=now, nready=nready,
                 running=int(running or 0), state=state, limit_wake=_float(limit_wake),
                 deferral=Deferral.parse(deferral) if deferral else None,
                 ndelayed=int(ndelayed or 0), heads=heads, first_delayed=first_delayed,
@@ -411,7 +414,9 @@ class ConsoleReader:
             pipe.hget(qk.state, encoded)
             pipe.zrange(qk.fifo(encoded), 0, limit - 1)
             pipe.zrange(qk.delayed, 0, DUE_SCAN - 1, withscores=True)
-            state, heads, delayed = pipe.execute()
+            read_legacy(pipe, qk, encoded, limit)
+            state, heads, delayed, *legacy = pipe.execute()
+            _, heads = with_legacy(0, heads, legacy, limit)
             candidates: list[tuple[str, str, float | None, float | None]] = []
             running = [(job.started, job_id) for job_id, job in leased
                        if job.queue == queue and job.started is not None]

@@ -20,7 +20,7 @@ from ...envelope import Envelope, MalformedEnvelopeError
 from ...limits import AccountLimit
 from ...states import STATE_CODES, AccountState, DeferReason, ready_and_deferred
 from ..formats.keys import decode_id, encode_id
-from ..formats.records import Deferral, JobRecord, SlowDownHold
+from ..formats.records import Deferral, JobRecord, LegacyMember, SlowDownHold
 from ..shards.fifos import ready_jobs
 from ..shards.merged import per_shard
 from ..shards.opening import store_for
@@ -178,12 +178,14 @@ class StoreInspector:
             pipe.hlen(qk.state)  # the accounts with ready jobs: each has a state
             pipe.hlen(qk.deferrals)  # every deferral the claim recorded, capped ones too
             pipe.zrange(qk.deferred, 0, deferred_limit - 1, withscores=True)
+            pipe.zcard(qk.ready)  # format 1's set, until ``fairqueue upgrade`` empties it
 
         replies = per_shard(self.store, counts)
         delayed, accounts_ready, accounts_deferred = (
             sum(reply[n] for reply in replies) for n in range(3))
         soonest = [reply[3] for reply in replies]
-        ready = ready_jobs(self.client, [shard.keys.queue(queue) for shard in self.store.shards])
+        ready = sum(reply[4] for reply in replies) + ready_jobs(
+            self.client, [shard.keys.queue(queue) for shard in self.store.shards])
 
         def reasons(pipe: Any, shard: FairStore) -> None:
             chunk = soonest[self.store.shards.index(shard)]
@@ -247,13 +249,14 @@ class StoreInspector:
             pipe.hget(shard.keys.limit_config, name)
             pipe.hget(qk.deferrals, name)
             pipe.hget(qk.ndelayed, name)
+            pipe.zlexcount(qk.ready, *LegacyMember.account_range(name))  # format 1's set
         answers = pipe.execute()
         rows = []
         for n, name in enumerate(encoded):
-            nready, code, until, limit, deferral, delayed = answers[6 * n:6 * n + 6]
+            nready, code, until, limit, deferral, delayed, legacy = answers[7 * n:7 * n + 7]
             running = running_of.get((queue, decode_id(name)), 0)
             state, reason = state_of(code)
-            ready, deferred = ready_and_deferred(int(nready or 0), code)
+            ready, deferred = ready_and_deferred(int(nready or 0) + legacy, code)
             rows.append(AccountRow(
                 queue=queue, account=decode_id(name), ready=ready, deferred=deferred,
                 delayed=int(delayed or 0), running=int(running or 0), state=state,

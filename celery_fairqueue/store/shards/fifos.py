@@ -27,9 +27,10 @@ Pipe = Any
 
 
 def each_fifo(client: AnyClient, queues: Sequence[QueueKeys],
-              read: Callable[[Pipe, str], object]) -> Iterator[tuple[int, str, Any]]:
-    """``read(pipe, key of its FIFO)`` queues one command for each account with a state in each
-    of ``queues`` (one queue's keys on every shard of a store, all on ``client``); yields
+              read: Callable[[Pipe, QueueKeys, str], object]) -> Iterator[tuple[int, str, Any]]:
+    """``read(pipe, queue's keys, encoded account)`` queues one command (a read of its FIFO,
+    ``QueueKeys.fifo``) for each account with a state in each of ``queues`` (one queue's keys
+    on every shard of a store, all on ``client``); yields
     ``(index in queues, encoded account, reply)``. Each round trip carries, for every hash not
     read through, its next HSCAN page, and the reads of the accounts found the round trip
     before: the shards are read side by side, in about as many round trips as the largest hash
@@ -44,7 +45,7 @@ def each_fifo(client: AnyClient, queues: Sequence[QueueKeys],
             if n in cursors:
                 pipe.hscan(qk.state, cursors[n], count=FIFO_PAGE)
             for account in found[n]:
-                read(pipe, qk.fifo(account))
+                read(pipe, qk, account)
         replies = iter(pipe.execute())
         asked, found = found, [[] for _ in queues]
         for n in range(len(queues)):
@@ -64,4 +65,4 @@ def ready_jobs(client: AnyClient, queues: Sequence[QueueKeys]) -> int:
     """The ready jobs of ``queues`` (as in :func:`each_fifo`) together: the lengths of their
     accounts' FIFOs (ZCARD), added up."""
     return sum(int(count) for _, _, count in each_fifo(
-        client, queues, lambda pipe, key: pipe.zcard(key)))
+        client, queues, lambda pipe, qk, account: pipe.zcard(qk.fifo(account))))

@@ -175,13 +175,15 @@ class FairStore(Jobs, Fleet, Operator, SlowDowns):
     def counts(self, queue: str) -> dict[str, int]:
         """Ready, delayed and running job counts of one queue, its accounts deferred by their
         limit (rate, window, concurrency cap) and its accounts an operator paused. The ready
-        jobs are its accounts' FIFOs, added up (fifos.py): no key counts them."""
+        jobs are its accounts' FIFOs, added up (fifos.py): no key counts them; and those
+        format 1's set still holds (QueueKeys.ready, before ``fairqueue upgrade``)."""
         qk = self.keys.queue(queue)
         pipe = self.client.pipeline(transaction=False)
         pipe.zcard(qk.delayed)
         pipe.hlen(qk.deferrals)
-        delayed, deferred = pipe.execute()
-        ready = ready_jobs(self.client, [qk])
+        pipe.zcard(qk.ready)
+        delayed, deferred, legacy = pipe.execute()
+        ready = ready_jobs(self.client, [qk]) + legacy
         running = sum(n for (name, _), n in self.running().items() if name == queue)
         return {"ready": ready, "delayed": delayed, "running": running,
                 "deferred_accounts": deferred,

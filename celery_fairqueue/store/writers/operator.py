@@ -33,7 +33,7 @@ from ..formats.keys import (
     parse_in_queue_field,
     queue_limit_field,
 )
-from ..formats.records import JobRecord, member_job_id
+from ..formats.records import JobRecord, LegacyMember, member_job_id
 from .jobs import AccountMoved
 
 #: Retries of one task whose deliveries cancel and run_now look through.
@@ -275,6 +275,7 @@ class Operator(StoreDoor):
                     break
                 taken += now
             taken += self._purge_ready(qk, batch, on_taken)
+            taken += self._purge_legacy(qk, batch, on_taken)
         return taken
 
     def _purge_ready(self, qk: QueueKeys, batch: int,
@@ -301,6 +302,22 @@ class Operator(StoreDoor):
                 left = [account for account, head in zip(left, heads, strict=True)
                         if len(head) == share]
         return taken
+
+    def _purge_legacy(self, qk: QueueKeys, batch: int,
+                      on_taken: Callable[[list[str]], None] | None) -> int:
+        """:meth:`purge`'s ready jobs of one queue still in format 1's set (before ``fairqueue
+        upgrade``, or written since by an earlier producer), ``batch`` a round trip. It pages
+        on past the last member read: a cancel at format 2 leaves the member for the claim or
+        the reaper to drop, so the set's head is no cursor."""
+        taken, low = 0, "-"
+        while True:
+            page: list[str] = self.client.zrangebylex(  # type: ignore[assignment]
+                qk.ready, low, "+", 0, batch)
+            if not page:
+                return taken
+            ids = [LegacyMember.parse(member).ready.job_id for member in page]
+            taken += self._cancel_all(qk, ids, batch, on_taken)
+            low = f"({page[-1]}"
 
     def _cancel_all(self, qk: QueueKeys, ids: Sequence[str], batch: int,
                     on_taken: Callable[[list[str]], None] | None) -> int:
