@@ -127,9 +127,9 @@ def test_a_worker_killed_right_after_it_took_a_ring_strands_no_job(fair, celery_
     waiter.join(timeout=10)
     assert taken and taken[0] is not None  # the first ring went to the dead one
     assert job.get(timeout=15) == 3
-    # the sweep comes within SWEEP_SECONDS (0.5 s), then one claim: within a second, with
-    # room for a loaded machine
-    assert starts(redis_client)[0]["start"] - sent < 1.5
+    # the sweep comes within SWEEP_SECONDS (0.5 s), then one claim: about half a second, and
+    # far less than a poll (60 s here), with room for a loaded machine
+    assert starts(redis_client)[0]["start"] - sent < 4.0
 
 
 def test_a_new_keeper_takes_over_when_the_keeper_dies(fair, celery_worker_factory, fair_store,
@@ -145,7 +145,8 @@ def test_a_new_keeper_takes_over_when_the_keeper_dies(fair, celery_worker_factor
     job = fair.job.apply_async(("acme", 4), countdown=1)
     due = time.time() + 1
     assert job.get(timeout=15) == 4
-    assert starts(redis_client)[0]["start"] - due < 1.0  # the new keeper's timer, not a poll
+    # the new keeper's timer, not a poll (60 s here), with room for a loaded machine
+    assert starts(redis_client)[0]["start"] - due < 3.0
 
 
 def test_a_limited_account_keeps_its_rate_before_the_first_heartbeat(fair, celery_worker_factory,
@@ -159,8 +160,9 @@ def test_a_limited_account_keeps_its_rate_before_the_first_heartbeat(fair, celer
                                                    "FQ_LEASE_SECONDS": "60"})
     assert wait_until(lambda: redis_client.llen("runs") >= 10, timeout=10)
     times = sorted(run["start"] for run in starts(redis_client))
-    # nine tokens at 10/s: not faster, and not a poll or a heartbeat (30 s) later
-    assert 0.85 <= times[-1] - times[0] < 2.0
+    # eight tokens at 10/s after the second job's: not faster, and not a poll or a heartbeat
+    # (30 s) later (from the second job's start: the first task of a new worker may start late)
+    assert 0.75 <= times[-1] - times[1] < 2.0
 
 
 def test_a_busy_keeper_still_promotes_a_due_job_for_an_idle_worker(fair, celery_worker_factory,
@@ -174,11 +176,12 @@ def test_a_busy_keeper_still_promotes_a_due_job_for_an_idle_worker(fair, celery_
     assert wait_until(lambda: f"/{keeper.pid}/" in (redis_client.get(key) or ""), timeout=10)
     idle = celery_worker_factory(APP, concurrency=1, queues=("celery",), env=NO_POLL)
     time.sleep(1.5)  # its first heartbeat (1 s here) said it keeps no time
-    fair.job.apply_async(("busy", 1, 3.0), queue="critical")
+    fair.job.apply_async(("busy", 1, 6.0), queue="critical")
     assert wait_until(lambda: redis_client.hget("starts", "busy:1"), timeout=10)
     job = fair.job.apply_async(("acme", 2), countdown=1)
     due = time.time() + 1
     assert job.get(timeout=15) == 2
     run = next(run for run in starts(redis_client) if run["key"] == "acme:2")
     assert run["pid"] == idle.pid
-    assert run["start"] - due < 1.0  # promoted when due, not 2 s later when the keeper is free
+    # promoted when due, not about 5 s later when the keeper is free
+    assert run["start"] - due < 3.0

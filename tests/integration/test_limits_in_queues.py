@@ -213,8 +213,10 @@ def test_limits_in_a_queue_move_with_their_accounts_and_defaults_reach_new_shard
 def test_an_account_limited_in_one_queue_runs_its_other_queues_jobs_at_full_speed(
         fair, celery_worker_factory, redis_client):
     """Real workers: acme's linkedin jobs keep 5/s, and its email jobs run as fast as those of
-    an account without limits beside it."""
-    celery_fairqueue.set_account_limit(fair.app, "acme", rate="5/s", burst=1, queue="linkedin")
+    an account without limits beside it. Burst 2: a claim a loaded machine makes late by less
+    than a token's 200 ms loses none (at burst 1 each late claim lost its lateness), so the
+    rate is measured after the burst's two."""
+    celery_fairqueue.set_account_limit(fair.app, "acme", rate="5/s", burst=2, queue="linkedin")
     for n in range(12):
         fair.job.apply_async(args=("acme", n), queue="linkedin")
     for n in range(100, 140):
@@ -224,7 +226,7 @@ def test_an_account_limited_in_one_queue_runs_its_other_queues_jobs_at_full_spee
     assert wait_until(lambda: redis_client.llen("runs") >= 92, timeout=40)
     runs = [json.loads(r) for r in redis_client.lrange("runs", 0, -1)]
     linkedin = sorted(r["start"] for r in runs if r["key"] in {f"acme:{n}" for n in range(12)})
-    achieved = (len(linkedin) - 1) / (linkedin[-1] - linkedin[0])
+    achieved = (len(linkedin) - 2) / (linkedin[-1] - linkedin[1])
     assert 4.5 <= achieved <= 5.3, achieved
     email = {account: sorted(r["end"] for r in runs if r["account"] == account
                              and int(r["key"].split(":")[1]) >= 100)

@@ -165,11 +165,11 @@ def test_expired_lease_returns_job_to_ready_in_its_place(make_store):
 
 
 def test_heartbeat_keeps_a_running_job_leased(make_store):
-    store = make_store(lease_seconds=0.4, heartbeat_interval=0.1)
+    store = make_store(lease_seconds=1.0, heartbeat_interval=0.1)
     put(store, "acme", 1)
     [job] = claim_jobs(store, ["default"], 1, TOKEN, NO_LIMIT)
-    for _ in range(4):
-        time.sleep(0.2)
+    for _ in range(5):  # 1.5 s in all, past the lease; a beat may come 0.7 s late
+        time.sleep(0.3)
         assert store.heartbeat(TOKEN, WORKER, [job.job_id]) == []
     assert store.reap() == 0
     assert store.heartbeat("someone-else", WORKER, [job.job_id]) == [job.job_id]

@@ -160,14 +160,14 @@ def test_a_claim_that_takes_the_account_it_promoted_wakes_no_idle_worker(store, 
     """A rate-limited account alone in its queue (weight 4, as in the issue): each claim that
     brings it back when its token is due and takes its job itself rings nobody (it woke every
     idle worker for nothing, a claim each per token); a claim that brings back more than it
-    takes rings once."""
-    store.set_limit("limited", AccountLimit(rate="20/s", burst=1, weight=4))
+    takes rings once. A token every 0.2 s: the two claims below, back to back, take far less."""
+    store.set_limit("limited", AccountLimit(rate="5/s", burst=1, weight=4))
     backlog(store, {"limited": 5})
     assert claims(store, 1) == ["limited"]
     assert claims(store, 1) == []  # no token: deferred, the rotation is empty
     bell = store.keys.queue("default").bell
     for _ in range(3):
-        time.sleep(0.06)  # its next token is there
+        time.sleep(0.21)  # its next token is there
         assert rings(redis_client, bell, lambda: claims(store, 1)) == 0
 
 
