@@ -64,8 +64,10 @@ def test_a_new_job_wakes_one_idle_worker_of_eight(fair, celery_worker_factory, f
     assert fair.job.delay("acme", 1).get(timeout=15) == 1
     time.sleep(0.5)  # any other worker woken would have claimed by now
     # the one worker's claim: it pops the account (and its job off the account's FIFO), then
-    # finds the rotation empty
-    assert calls(redis_client, "zpopmin") - claims <= 3
+    # finds the rotation empty; should the keeper's sweep (every 0.5 s) fall between that
+    # worker's wake and its claim, it rings once more and one more worker finds nothing
+    # (rings to all eight would pop 10 or more)
+    assert calls(redis_client, "zpopmin") - claims <= 4
 
 
 def test_a_group_of_100_jobs_wakes_all_eight_idle_workers(fair, celery_worker_factory,
