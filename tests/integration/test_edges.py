@@ -132,7 +132,7 @@ def test_a_hung_redis_holds_a_producer_no_longer_than_fairqueue_enqueue_timeout(
     app.conf.fairqueue_enqueue_timeout = 1.0
     celery_fairqueue.install(app)
 
-    @app.task(base=FairTask, account_arg="account")
+    @app.task(shared=False, base=FairTask, account_arg="account")
     def t(account):
         pass
 
@@ -155,7 +155,8 @@ def test_an_account_past_its_backlog_bound_is_refused_and_retries_are_not(redis_
     app.conf.fairqueue_key_prefix = "bounded"
     celery_fairqueue.install(app)
 
-    @app.task(base=FairTask, bind=True, account_arg="account", job_key=("account", "n"))
+    @app.task(shared=False, base=FairTask, bind=True, account_arg="account",
+              job_key=("account", "n"))
     def t(self, account, n):
         if self.request.retries == 0 and n == 0:
             raise self.retry(countdown=0)
