@@ -64,6 +64,10 @@ def status_report(app: Celery, status: StoreStatus) -> str:
     warnings = [f"WARNING: queue {q.queue!r} has {q.ready} ready "
                 f"{pluralize(q.ready, 'job')} but no live worker consumes it"
                 for q in status.unconsumed()]
+    if status.layout_format != "2":
+        warnings.append(f"WARNING: the store's layout is at format {status.layout_format} (an "
+                        "earlier celery-fairqueue wrote it): workers of this version claim no "
+                        "job until `fairqueue upgrade` has converted it (docs/deployment.md)")
     lines += ["", *warnings] if warnings else []
     if status.pauses:
         lines += ["", "Paused by an operator (resume with `fairqueue resume`):", render(

@@ -321,6 +321,17 @@ def test_account_overview_has_a_row_per_account(client, login, rel):
     assert [row["account"] for row in filtered.context["rows"]] == ["beta"]
 
 
+def test_the_overview_says_why_no_job_runs_on_a_store_waiting_for_its_upgrade(client, login, rel,
+                                                                              redis_client):
+    login(*VIEWER)
+    redis_client.set("{fairqueue}:format", "1")  # as a store an earlier version wrote reads
+    page = client.get(reverse("admin:celery_fairqueue_account_changelist")).content.decode()
+    assert 'id="fq-layout-format"' in page and "fairqueue upgrade" in page
+    redis_client.set("{fairqueue}:format", "2")
+    page = client.get(reverse("admin:celery_fairqueue_account_changelist")).content.decode()
+    assert 'id="fq-layout-format"' not in page
+
+
 def test_account_overview_needs_the_view_permission(client, login, rel):
     login()
     assert client.get(reverse("admin:celery_fairqueue_account_changelist")).status_code == 403

@@ -352,6 +352,9 @@ def test_manage_upgrade_needs_a_superuser_and_converts_a_store_of_format_1(rel, 
     redis_client.hset("{fairqueue}:records", "t:0",
                       "celery acme 01700000000000000 - - 0 - - -\n{}")
     redis_client.sadd("{fairqueue}:queues", "celery")
+    before = manage("status")  # the job waiting in format 1's set is counted, and why none runs
+    [row] = [line.split() for line in before.splitlines() if line.startswith("celery ")]
+    assert row[1] == "1" and "WARNING: the store's layout is at format 1" in before
     with pytest.raises(CommandError, match="Refused: ann is not an active superuser"):
         manage("upgrade", "--settle", "0", "--user", "ann")
     assert redis_client.get("{fairqueue}:format") == "1"
@@ -360,6 +363,7 @@ def test_manage_upgrade_needs_a_superuser_and_converts_a_store_of_format_1(rel, 
     assert redis_client.zrange("{fairqueue}:queue:celery:f:acme", 0, -1) == [
         "01700000000000000|t:0"]
     assert "at format 2 already" in manage("upgrade", "--user", "root")
+    assert "layout is at format" not in manage("status")
 
 
 def test_status_counts_an_operator_pause_as_paused_not_deferred(rel, redis_url):

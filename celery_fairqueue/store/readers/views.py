@@ -69,6 +69,7 @@ class StoreStatus:
     default_limit: AccountLimit | None = None  # the store's (None: no worker set one yet)
     queue_limits: list[tuple[str, AccountLimit]] = field(default_factory=list)  # shared ones
     slow_downs: list[SlowDownHold] = field(default_factory=list)  # a provider's, held now
+    layout_format: str = "2"  # "1", "1>2": an earlier version's, being or to be upgraded
 
     def unconsumed(self) -> list[QueueStatus]:
         """Queues with ready jobs that no live worker consumes."""
@@ -165,7 +166,14 @@ class StoreInspector:
                            self.store.server_time(), workers=workers, pauses=pauses,
                            default_limit=self.store.default_limit(),
                            queue_limits=sorted(self.store.queue_limits()),
-                           slow_downs=self.store.slow_downs())
+                           slow_downs=self.store.slow_downs(),
+                           layout_format=self._layout_format())
+
+    def _layout_format(self) -> str:
+        """The store's layout format as its home records it (Keys.layout_format; none yet: no
+        process of this version used it). Read, not asked with read_layout.lua, which would
+        have a reshard or an upgrade wait for this process as for a worker."""
+        return str(self.client.get(self.keys.layout_format) or "2")
 
     def _queue_status(self, queue: str, deferred_limit: int,
                       running_of: dict[tuple[str, str], int], deferred: list[DeferredAccount],

@@ -258,6 +258,7 @@ def overview_view(request: HttpRequest, context: dict[str, Any]) -> HttpResponse
         "workers": workers,
         "recording": recording_lag(live),
         "unserved": unserved_queues(live),
+        "layout_format": live.layout_format,
         "live_error": live.error,
         "chart": throughput_svg(history.throughput(now)),
         "action_url": reverse("admin:celery_fairqueue_account_action"),

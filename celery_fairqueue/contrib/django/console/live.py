@@ -58,6 +58,7 @@ class StoreLive:
     recording: list[StreamLag] = field(default_factory=list)  # each event stream's lag
     server_time: float | None = None
     error: str | None = None
+    layout_format: str = "2"  # "1", "1>2": workers of this version claim nothing until "2"
 
 
 def account_live(app: Celery, account: str, jobs: int = 50) -> AccountLive:
@@ -89,6 +90,7 @@ def store_live(app: Celery, accounts: list[str]) -> StoreLive:
         live.queues = status.queues
         live.oldest = {queue.queue: queue.oldest_waiting for queue in status.queues}
         live.workers = status.workers
+        live.layout_format = status.layout_format
         live.recording = EventReader(inspector.store, "console").lag()
         for account in accounts:
             try:  # the queues and workers read once for the page, not once per account
