@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from celery_fairqueue.envelope import Envelope
 from celery_fairqueue.limits import AccountLimit
 from celery_fairqueue.protocol import delivery_id, encode_id
+from celery_fairqueue.store.formats.records import LegacyMember
 from tests.harness.store_tools import claim_jobs
 
 from .conftest import put
@@ -93,3 +94,24 @@ def test_the_jobs_ever_stored_are_counted_without_a_counter_per_enqueue(store):
     assert store.stats()["enqueued"] == 5
     assert {name: store.stats().get(name) for name in ("acked", "cancelled", "expired")} == \
         {"acked": 1, "cancelled": 1, "expired": 1}
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(jobs=st.lists(st.tuples(st.text(min_size=1, max_size=20).filter(lambda a: "\x00" not in a),
+                               st.text(min_size=1, max_size=30)), min_size=1, max_size=12))
+def test_an_accounts_range_in_the_set_of_format_1_holds_its_jobs_and_no_other(store, jobs):
+    """Readers of a store at format 1 read an account's jobs off the queue's one set by a lex
+    range (records.LegacyMember.account_range, legacy_range in Lua): whatever the account ids
+    (one a prefix of another, ``|``, braces) and job ids, each range holds that account's."""
+    ready = store.keys.queue("default").ready
+    store.client.delete(ready)
+    members = {f"{encode_id(account)}|1{n:016d}|{job_id}": (encode_id(account), job_id)
+               for n, (account, job_id) in enumerate(jobs)}
+    store.client.zadd(ready, dict.fromkeys(members, 0))
+    for encoded in {encoded for encoded, _ in members.values()}:
+        found = store.client.zrangebylex(ready, *LegacyMember.account_range(encoded))
+        parsed = [LegacyMember.parse(raw) for raw in found]
+        assert sorted(member.ready.job_id for member in parsed) == sorted(
+            job_id for owner, job_id in members.values() if owner == encoded)
+        assert {member.encoded_account for member in parsed} == {encoded}
