@@ -56,7 +56,7 @@ class LayoutReading:
         self._told = False
 
     def due(self) -> bool:
-        return time.monotonic() - self._read_at >= self.interval
+        return self.older_than(self.interval)
 
     def older_than(self, seconds: float) -> bool:
         """Whether the last reading was made ``seconds`` ago or more."""

@@ -203,7 +203,7 @@ class Command(BaseCommand):
     @staticmethod
     def superuser_command(commands: Any, name: str, what: str, read: str) -> ArgumentParser:
         """A command that changes the whole store, waiting for every process to read it: a
-        superuser's (``--user``), with its ``--timeout``."""
+        superuser's (``--user``), with its ``--settle`` and ``--timeout``."""
         parser: ArgumentParser = commands.add_parser(
             name, help=f"{what} (needs --user, a superuser; docs/deployment.md).")
         parser.add_argument("--settle", type=float, help="Seconds waited once every worker "
